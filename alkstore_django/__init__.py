@@ -1,0 +1,16 @@
+"""alkstore_django: durable background work inside your Django database.
+
+The public surface imports no models, so importing it before Django is set up
+(in settings or a ``jobs.py``) is safe. ``store`` is a proxy that resolves the
+configured database alias on every access.
+"""
+
+from __future__ import annotations
+
+from . import errors
+from .errors import Fail
+from .handlers import handler
+from .store import Store, store
+
+__all__ = ["Fail", "Store", "errors", "handler", "store"]
+__version__ = "0.1.0"

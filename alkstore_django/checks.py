@@ -1,0 +1,101 @@
+"""System checks for ``settings.ALKSTORE``; ``manage.py check`` names the bad key."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+
+from .conf import SETTING_KEYS, app_settings
+from .errors import AlkstoreError
+from .validation import validate_name, validate_queue_options
+
+SUPPORTED_VENDORS = {"postgresql", "sqlite"}
+
+
+def register() -> None:
+    checks.register(check_settings, checks.Tags.compatibility)
+
+
+def _error(msg: str, hint: str, id_: str) -> checks.Error:
+    return checks.Error(msg, hint=hint, obj="settings.ALKSTORE", id=id_)
+
+
+def _positive_number(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Validate every ALKSTORE key at start-up."""
+    raw = getattr(settings, "ALKSTORE", None)
+    if raw is None:
+        return []
+    if not isinstance(raw, dict):
+        return [_error(f"ALKSTORE is {type(raw).__name__}, not a dict.", "Use a dict.", "alkstore.E001")]
+    errors: list[checks.CheckMessage] = []
+    for key in sorted(set(raw) - SETTING_KEYS):
+        errors.append(
+            _error(
+                f"Unknown ALKSTORE key {key!r}.",
+                f"Expected one of: {', '.join(sorted(SETTING_KEYS))}.",
+                "alkstore.E001",
+            )
+        )
+    for key in ("DATABASE", "LISTEN_DATABASE"):
+        alias = raw.get(key)
+        if alias is not None and alias not in settings.DATABASES:
+            errors.append(
+                _error(
+                    f"ALKSTORE[{key!r}] is {alias!r}, which is not in DATABASES.",
+                    f"Use one of: {', '.join(settings.DATABASES)}.",
+                    "alkstore.E002",
+                )
+            )
+    alias = app_settings.database
+    if alias in settings.DATABASES:
+        engine = settings.DATABASES[alias].get("ENGINE", "")
+        if not any(vendor in engine for vendor in SUPPORTED_VENDORS):
+            errors.append(
+                _error(
+                    f"ALKSTORE['DATABASE'] {alias!r} uses {engine!r}.",
+                    "alkstore_django supports PostgreSQL (psycopg 3) and SQLite.",
+                    "alkstore.E006",
+                )
+            )
+    queues = raw.get("QUEUES", {})
+    if not isinstance(queues, dict):
+        errors.append(_error("ALKSTORE['QUEUES'] must be a dict.", "Map names to options.", "alkstore.E003"))
+        queues = {}
+    for name, opts in queues.items():
+        try:
+            validate_name("queue", name)
+            if not isinstance(opts, dict):
+                raise AlkstoreError(f"options are {type(opts).__name__}, not a dict")
+            validate_queue_options(opts)
+        except AlkstoreError as exc:
+            errors.append(
+                _error(f"ALKSTORE['QUEUES'][{name!r}]: {exc}", "Fix the queue options.", "alkstore.E003")
+            )
+    for key, id_ in (("POLL_INTERVAL_S", "alkstore.E004"), ("SWEEP_INTERVAL_S", "alkstore.E004")):
+        if key in raw and not _positive_number(raw[key]):
+            errors.append(
+                _error(f"ALKSTORE[{key!r}] is {raw[key]!r}.", "Expected a positive number of seconds.", id_)
+            )
+    if "MAX_PAYLOAD_BYTES" in raw:
+        value = raw["MAX_PAYLOAD_BYTES"]
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            errors.append(
+                _error(
+                    f"ALKSTORE['MAX_PAYLOAD_BYTES'] is {value!r}.",
+                    "Expected a positive integer number of bytes.",
+                    "alkstore.E005",
+                )
+            )
+    return errors

@@ -1,0 +1,95 @@
+"""A typed, lazy view of ``settings.ALKSTORE`` and the engine defaults.
+
+Settings are read at access time, never at import, so ``override_settings``
+works in tests and a site can import the package before settings are ready.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from django.conf import settings
+
+DEFAULT_DATABASE = "default"
+DEFAULT_POLL_INTERVAL_S = 5.0
+DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
+DEFAULT_SWEEP_INTERVAL_S = 60.0
+# The SQLite file watch: how often a worker asks PRAGMA data_version.
+DEFAULT_SQLITE_WATCH_INTERVAL_S = 0.005
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    """The stamps a queue handle writes on every job it enqueues."""
+
+    visibility_timeout_s: float = 300
+    max_attempts: int = 3
+    retry_base_s: float = 5
+    priority: int = 0
+    expires_s: float | None = None
+    dead_letter_retention_s: float | None = 604_800
+
+    def overlay(self, opts: dict[str, Any]) -> QueueOptions:
+        """Return these options with ``opts`` laid over them (already validated)."""
+        return replace(self, **opts)
+
+
+ENGINE_DEFAULTS = QueueOptions()
+QUEUE_OPTION_NAMES = frozenset(f.name for f in fields(QueueOptions))
+SETTING_KEYS = frozenset(
+    {
+        "DATABASE",
+        "LISTEN_DATABASE",
+        "QUEUES",
+        "POLL_INTERVAL_S",
+        "MAX_PAYLOAD_BYTES",
+        "SWEEP_INTERVAL_S",
+        "SCHEDULES",
+    }
+)
+
+
+class AlkstoreSettings:
+    """Read ``settings.ALKSTORE`` key by key, each time it is asked."""
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        value = getattr(settings, "ALKSTORE", None)
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def database(self) -> str:
+        return self.raw.get("DATABASE", DEFAULT_DATABASE)
+
+    @property
+    def listen_database(self) -> str:
+        """The alias the worker LISTENs on: a direct connection past any pooler."""
+        return self.raw.get("LISTEN_DATABASE") or self.database
+
+    @property
+    def queues(self) -> dict[str, dict[str, Any]]:
+        return self.raw.get("QUEUES", {}) or {}
+
+    @property
+    def poll_interval_s(self) -> float:
+        return float(self.raw.get("POLL_INTERVAL_S", DEFAULT_POLL_INTERVAL_S))
+
+    @property
+    def max_payload_bytes(self) -> int:
+        return int(self.raw.get("MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES))
+
+    @property
+    def sweep_interval_s(self) -> float:
+        return float(self.raw.get("SWEEP_INTERVAL_S", DEFAULT_SWEEP_INTERVAL_S))
+
+    @property
+    def schedules(self) -> dict[str, dict[str, Any]]:
+        return self.raw.get("SCHEDULES", {}) or {}
+
+    def queue_defaults(self, name: str) -> QueueOptions:
+        """Return the queue's derived defaults: engine defaults overlaid by QUEUES[name]."""
+        return ENGINE_DEFAULTS.overlay(self.queues.get(name, {}))
+
+
+app_settings = AlkstoreSettings()

@@ -1,0 +1,65 @@
+"""The error tree of alkstore_django.
+
+Every class's docstring is its default message. ``Fail`` stands outside
+``AlkstoreError`` on purpose: user code that catches ``AlkstoreError`` must not
+swallow a handler's request to dead-letter its job.
+"""
+
+from __future__ import annotations
+
+
+class AlkstoreError(Exception):
+    """An alkstore_django operation failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class InvalidName(AlkstoreError):
+    """A queue, outbox, schedule, lock or channel name is not a non-empty string."""
+
+
+class ReservedName(AlkstoreError):
+    """Names beginning with '__alkstore' are reserved for alkstore_django itself."""
+
+
+class InvalidArgument(AlkstoreError):
+    """An argument is out of the range the call accepts."""
+
+
+class InvalidSpec(AlkstoreError):
+    """A schedule spec is not of the form '@every <n><unit>' with unit s, m, h or d."""
+
+
+class PayloadError(AlkstoreError):
+    """A payload cannot be encoded as JSON or is larger than MAX_PAYLOAD_BYTES."""
+
+
+class LeadershipLost(AlkstoreError):
+    """The scheduler lock could not be taken, or was lost before the next fire."""
+
+
+class LockNotAcquired(AlkstoreError):
+    """The named lock is held by another owner."""
+
+
+class StoreClosed(AlkstoreError):
+    """The Store has been closed; create a new one to keep working."""
+
+
+class Fail(Exception):  # noqa: N818 - the SPEC names it; it is a request, not an error
+    """Raised by a handler to dead-letter its job at once; the message becomes last_error."""
+
+
+__all__ = [
+    "AlkstoreError",
+    "Fail",
+    "InvalidArgument",
+    "InvalidName",
+    "InvalidSpec",
+    "LeadershipLost",
+    "LockNotAcquired",
+    "PayloadError",
+    "ReservedName",
+    "StoreClosed",
+]

@@ -1,0 +1,252 @@
+"""The tables. Declarative only: state changes live in the services as single statements."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from . import records
+
+NAME_MAX_LENGTH = 200
+
+
+class JobState(models.TextChoices):
+    PENDING = "pending", "pending"
+    PROCESSING = "processing", "processing"
+
+
+class JobQuerySet(models.QuerySet):
+    def pending(self) -> JobQuerySet:
+        return self.filter(state=JobState.PENDING)
+
+    def processing(self) -> JobQuerySet:
+        return self.filter(state=JobState.PROCESSING)
+
+
+class Job(models.Model):
+    """A live job: pending, or processing under a claim that ends at ``claim_expires_at``."""
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=NAME_MAX_LENGTH)
+    payload = models.JSONField(null=True)
+    priority = models.IntegerField(default=0)
+    run_at = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField()
+    visibility_timeout_s = models.FloatField()
+    retry_base_s = models.FloatField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    worker_id = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)
+    claim_expires_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(null=True, blank=True)
+    enqueued_at = models.DateTimeField()
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "live job"
+        indexes = [
+            # The claim: an ordered index scan over one queue's pending rows.
+            models.Index(
+                fields=["queue", "-priority", "run_at", "id"],
+                name="alk_job_claim",
+                condition=Q(state="pending"),
+            ),
+            # The soonest due time and the oldest pending age, per queue.
+            models.Index(
+                fields=["queue", "run_at"], name="alk_job_due", condition=Q(state="pending")
+            ),
+            # The lapsed-claim sweep that runs before every claim.
+            models.Index(
+                fields=["queue", "claim_expires_at"],
+                name="alk_job_lapse",
+                condition=Q(state="processing"),
+            ),
+            models.Index(
+                fields=["queue", "expires_at"],
+                name="alk_job_expiry",
+                condition=Q(expires_at__isnull=False),
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=["pending", "processing"]), name="alk_job_state"
+            ),
+            models.CheckConstraint(condition=Q(max_attempts__gte=1), name="alk_job_max_attempts"),
+            models.CheckConstraint(
+                condition=Q(visibility_timeout_s__gt=0), name="alk_job_visibility"
+            ),
+            models.CheckConstraint(
+                condition=Q(state="pending") | Q(claim_expires_at__isnull=False),
+                name="alk_job_claim_deadline",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.id} on {self.queue} ({self.state})"
+
+    def to_record(self) -> records.Job:
+        return records.Job(
+            id=self.id,
+            queue=self.queue,
+            payload=self.payload,
+            priority=self.priority,
+            run_at=self.run_at,
+            attempts=self.attempts,
+            max_attempts=self.max_attempts,
+            visibility_timeout_s=self.visibility_timeout_s,
+            retry_base_s=self.retry_base_s,
+            expires_at=self.expires_at,
+            state=self.state,  # type: ignore[arg-type]
+            worker_id=self.worker_id,
+            claim_expires_at=self.claim_expires_at,
+            last_error=self.last_error,
+            enqueued_at=self.enqueued_at,
+        )
+
+
+class DeadJob(models.Model):
+    """A dead letter: the job under the id it had while live, with why it died."""
+
+    id = models.BigIntegerField(primary_key=True)
+    queue = models.CharField(max_length=NAME_MAX_LENGTH)
+    payload = models.JSONField(null=True)
+    priority = models.IntegerField(default=0)
+    run_at = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField()
+    visibility_timeout_s = models.FloatField()
+    retry_base_s = models.FloatField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    worker_id = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)
+    last_error = models.TextField(null=True, blank=True)
+    enqueued_at = models.DateTimeField()
+    died_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "dead letter"
+        permissions = [("requeue_deadjob", "Can requeue dead letters")]
+        indexes = [
+            models.Index(fields=["queue", "died_at"], name="alk_dead_queue_died"),
+            models.Index(fields=["died_at"], name="alk_dead_died"),
+        ]
+
+    def __str__(self) -> str:
+        return f"dead job {self.id} on {self.queue}"
+
+    def to_record(self) -> records.Job:
+        return records.Job(
+            id=self.id,
+            queue=self.queue,
+            payload=self.payload,
+            priority=self.priority,
+            run_at=self.run_at,
+            attempts=self.attempts,
+            max_attempts=self.max_attempts,
+            visibility_timeout_s=self.visibility_timeout_s,
+            retry_base_s=self.retry_base_s,
+            expires_at=self.expires_at,
+            state="dead",
+            worker_id=self.worker_id,
+            claim_expires_at=None,
+            last_error=self.last_error,
+            enqueued_at=self.enqueued_at,
+            died_at=self.died_at,
+        )
+
+
+class Schedule(models.Model):
+    """An interval schedule; its stamps are resolved when it is registered."""
+
+    name = models.CharField(max_length=NAME_MAX_LENGTH, unique=True)
+    spec = models.CharField(max_length=64)
+    interval_s = models.PositiveBigIntegerField()
+    queue = models.CharField(max_length=NAME_MAX_LENGTH)
+    payload = models.JSONField(null=True)
+    priority = models.IntegerField()
+    max_attempts = models.PositiveIntegerField()
+    visibility_timeout_s = models.FloatField()
+    retry_base_s = models.FloatField()
+    expires_s = models.FloatField(null=True, blank=True)
+    enabled = models.BooleanField(default=True)
+    next_run_at = models.DateTimeField()
+    last_fired_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["next_run_at"], name="alk_sched_due", condition=Q(enabled=True)
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.spec} → {self.queue})"
+
+    def to_record(self) -> records.Schedule:
+        return records.Schedule(
+            name=self.name,
+            spec=self.spec,
+            interval_s=self.interval_s,
+            queue=self.queue,
+            payload=self.payload,
+            priority=self.priority,
+            max_attempts=self.max_attempts,
+            visibility_timeout_s=self.visibility_timeout_s,
+            retry_base_s=self.retry_base_s,
+            expires_s=self.expires_s,
+            enabled=self.enabled,
+            next_run_at=self.next_run_at,
+            last_fired_at=self.last_fired_at,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+        )
+
+
+class Lock(models.Model):
+    """A named lease; ``fence`` grows every time the lock changes hands."""
+
+    name = models.CharField(max_length=NAME_MAX_LENGTH, unique=True)
+    owner = models.CharField(max_length=NAME_MAX_LENGTH)
+    fence = models.PositiveBigIntegerField(default=1)
+    expires_at = models.DateTimeField()
+    acquired_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"lock {self.name} held by {self.owner}"
+
+
+class ChannelMessage(models.Model):
+    """A notification on SQLite, which has no NOTIFY: written in the sender's transaction."""
+
+    id = models.BigAutoField(primary_key=True)
+    channel = models.CharField(max_length=64)
+    payload = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["channel", "id"], name="alk_msg_channel")]
+
+    def __str__(self) -> str:
+        return f"message {self.id} on {self.channel}"
+
+
+class OutcomeMinute(models.Model):
+    """Jobs finished per queue per minute, counted by workers one upsert per batch."""
+
+    queue = models.CharField(max_length=NAME_MAX_LENGTH)
+    minute = models.DateTimeField()
+    acked = models.PositiveBigIntegerField(default=0)
+    retried = models.PositiveBigIntegerField(default=0)
+    dead = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "minute"], name="alk_outcome_minute")
+        ]
+        indexes = [models.Index(fields=["minute"], name="alk_outcome_by_minute")]
+
+    def __str__(self) -> str:
+        return f"{self.queue} at {self.minute:%H:%M}"

@@ -1,0 +1,277 @@
+"""Queues: enqueue, claim, and the fenced handle a claim hands out."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from .conf import QueueOptions, app_settings
+from .errors import InvalidArgument
+from .records import Job, QueueStats, SweepResult
+from .timing import backoff_s
+from .validation import (
+    encode_payload,
+    validate_duration,
+    validate_int,
+    validate_max_attempts,
+    validate_priority,
+    validate_run_at,
+    validate_worker_id,
+)
+
+if TYPE_CHECKING:
+    from .store import Store
+
+CHANNEL_PREFIX = "alkstore_"
+MAX_BATCH = 10_000
+
+
+def channel_for(name: str) -> str:
+    """Return the NOTIFY channel of a queue or user channel name.
+
+    A digest keeps every name, however long or odd (quotes, spaces, unicode),
+    inside PostgreSQL's 63-byte identifier limit and out of reach of SQL.
+    """
+    return CHANNEL_PREFIX + hashlib.sha256(name.encode("utf-8")).hexdigest()[:40]
+
+
+class Queue:
+    """A named queue; its stamps are resolved once, here, over the derived defaults."""
+
+    def __init__(self, store: Store, name: str, options: QueueOptions) -> None:
+        self.store = store
+        self.name = name
+        self.options = options
+        self.channel = channel_for(name)
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name!r} using={self.store.using!r}>"
+
+    # --- enqueue -----------------------------------------------------------
+
+    def enqueue(
+        self,
+        payload: Any,
+        *,
+        delay_s: float | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        expires_s: float | None = None,
+        max_attempts: int | None = None,
+    ) -> int:
+        """Write one pending job and return its id.
+
+        Inside ``transaction.atomic()`` the job joins the caller's transaction;
+        workers are woken when it commits. ``delay_s`` wins over ``run_at``.
+        Raises ``PayloadError`` or ``InvalidArgument`` before writing anything.
+        """
+        return self.enqueue_many(
+            [payload],
+            delay_s=delay_s,
+            run_at=run_at,
+            priority=priority,
+            expires_s=expires_s,
+            max_attempts=max_attempts,
+        )[0]
+
+    def enqueue_many(
+        self,
+        payloads: Iterable[Any],
+        *,
+        delay_s: float | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        expires_s: float | None = None,
+        max_attempts: int | None = None,
+    ) -> list[int]:
+        """Write many pending jobs in one statement and return their ids in order.
+
+        Every payload is encoded first: one bad payload refuses the whole batch.
+        """
+        self.store.check_open()
+        if isinstance(payloads, str | bytes | dict):
+            raise InvalidArgument(
+                f"Invalid payloads of type {type(payloads).__name__}: expected a list of payloads."
+            )
+        limit = app_settings.max_payload_bytes
+        encoded = [encode_payload(payload, limit) for payload in payloads]
+        if delay_s is not None:
+            delay_s = validate_duration("delay_s", delay_s)
+        elif run_at is not None:
+            run_at = validate_run_at(run_at)
+        stamps = {
+            "priority": self.options.priority if priority is None else validate_priority(priority),
+            "max_attempts": (
+                self.options.max_attempts
+                if max_attempts is None
+                else validate_max_attempts(max_attempts)
+            ),
+            "visibility_timeout_s": self.options.visibility_timeout_s,
+            "retry_base_s": self.options.retry_base_s,
+        }
+        if expires_s is None:
+            expires_s = self.options.expires_s
+        else:
+            expires_s = validate_duration("expires_s", expires_s, allow_zero=False)
+        if not encoded:
+            return []
+        ids: list[int] = []
+        dialect = self.store.dialect
+        for start in range(0, len(encoded), MAX_BATCH):
+            ids += dialect.enqueue(
+                self.name,
+                encoded[start : start + MAX_BATCH],
+                stamps,
+                None if delay_s is not None else run_at,
+                delay_s,
+                expires_s,
+                self.channel,
+            )
+        return ids
+
+    # --- claims --------------------------------------------------------------
+
+    def claim_one(self, worker_id: str) -> JobHandle | None:
+        """Claim the next eligible job for ``worker_id``, or return None."""
+        handles = self.claim_batch(worker_id, 1)
+        return handles[0] if handles else None
+
+    def claim_batch(self, worker_id: str, n: int) -> list[JobHandle]:
+        """Claim up to ``n`` eligible jobs, each handed to exactly one claimant.
+
+        Order: priority descending, then run_at, then enqueue order. Exhausted
+        lapsed claims of this queue are dead-lettered first.
+        """
+        self.store.check_open()
+        validate_worker_id(worker_id)
+        n = validate_int("n", n, minimum=-(2**31), maximum=MAX_BATCH)
+        if n <= 0:
+            return []
+        jobs = self.store.dialect.claim(self.name, worker_id, n)
+        return [JobHandle(self, job) for job in jobs]
+
+    def ack_batch(self, ids: Sequence[int]) -> int:
+        """Ack each id that is processing under an unexpired claim; return how many."""
+        self.store.check_open()
+        ids = [validate_int("job id", i, minimum=1, maximum=2**63 - 1) for i in ids]
+        if not ids:
+            return 0
+        return self.store.dialect.ack_many(self.name, ids)
+
+    def cancel(self, job_id: int) -> bool:
+        """Delete a live job whatever its state; False when there is none.
+
+        A running handler is not interrupted: its later ack simply finds nothing.
+        """
+        self.store.check_open()
+        validate_int("job id", job_id, minimum=-(2**63), maximum=2**63 - 1)
+        return self.store.dialect.cancel(self.name, job_id)
+
+    # --- upkeep --------------------------------------------------------------
+
+    def sweep_expired(self) -> SweepResult:
+        """Dead-letter this queue's expired live rows and purge dead letters past retention."""
+        self.store.check_open()
+        dialect = self.store.dialect
+        expired = dialect.expire(self.name)
+        retention = self.options.dead_letter_retention_s
+        purged = 0 if retention is None else dialect.purge_dead(self.name, retention)
+        return SweepResult(expired=expired, purged=purged)
+
+    def stats(self) -> QueueStats:
+        """Return the queue's counts against the database clock."""
+        self.store.check_open()
+        pending, scheduled, processing, overdue, dead, age = self.store.dialect.stats(self.name)
+        return QueueStats(
+            queue=self.name,
+            pending=pending,
+            scheduled=scheduled,
+            processing=processing,
+            dead=dead,
+            oldest_pending_age_s=age,
+            overdue=overdue,
+        )
+
+
+class JobHandle:
+    """A claim on one job, valid while the row is still under this very claim.
+
+    Every operation on an invalid handle (lapsed, re-claimed, cancelled, or
+    already spent) returns False and changes nothing. ``ack``, ``retry``,
+    ``fail`` and ``release`` spend the handle.
+    """
+
+    def __init__(self, queue: Queue, job: Job) -> None:
+        self.queue = queue
+        self.job = job
+        self._spent = False
+
+    def __repr__(self) -> str:
+        return f"<JobHandle job={self.job.id} attempt={self.job.attempts}>"
+
+    @property
+    def spent(self) -> bool:
+        return self._spent
+
+    def _fence(self) -> tuple[int, int, str]:
+        return self.job.id, self.job.attempts, self.job.worker_id or ""
+
+    def _spend(self, done: bool) -> bool:
+        self._spent = True
+        return done
+
+    def ack(self) -> bool:
+        """Delete the job: it is done."""
+        self.queue.store.check_open()
+        if self._spent:
+            return False
+        return self._spend(self.queue.store.dialect.ack(*self._fence()))
+
+    def retry(self, error: str | None = None, delay_s: float | None = None) -> bool:
+        """Back to pending after ``delay_s`` or the backoff; dead-letter when exhausted.
+
+        The dead letter's error is ``error`` verbatim, or 'max attempts exceeded'.
+        """
+        self.queue.store.check_open()
+        if delay_s is not None:
+            delay_s = validate_duration("delay_s", delay_s)
+        if error is not None and not isinstance(error, str):
+            error = str(error)
+        if self._spent:
+            return False
+        dialect = self.queue.store.dialect
+        if self.job.attempts >= self.job.max_attempts:
+            reason = "max attempts exceeded" if error is None else error
+            return self._spend(dialect.bury_claimed(*self._fence(), reason))
+        if delay_s is None:
+            delay_s = backoff_s(self.job.attempts, self.job.retry_base_s)
+        return self._spend(dialect.requeue_claimed(*self._fence(), delay_s=delay_s, error=error))
+
+    def fail(self, error: str | None = None) -> bool:
+        """Dead-letter the job at once with ``error`` verbatim, or 'failed'."""
+        self.queue.store.check_open()
+        if error is not None and not isinstance(error, str):
+            error = str(error)
+        if self._spent:
+            return False
+        reason = "failed" if error is None else error
+        return self._spend(self.queue.store.dialect.bury_claimed(*self._fence(), reason))
+
+    def heartbeat(self, extend_s: float) -> bool:
+        """Reset the claim deadline to now + ``extend_s`` (absolute); False once it has passed."""
+        self.queue.store.check_open()
+        extend_s = validate_duration("extend_s", extend_s, allow_zero=False)  # type: ignore[assignment]
+        if self._spent:
+            return False
+        return self.queue.store.dialect.heartbeat(*self._fence(), extend_s)
+
+    def release(self) -> bool:
+        """Back to pending at once, giving back the attempt the claim consumed."""
+        self.queue.store.check_open()
+        if self._spent:
+            return False
+        return self._spend(
+            self.queue.store.dialect.requeue_claimed(*self._fence(), delay_s=None, error=None)
+        )

@@ -1,0 +1,81 @@
+"""Frozen values returned by the API; they hold no database connection."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+JobState = Literal["pending", "processing", "dead"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as stored: the resolved stamps, never the raw options."""
+
+    id: int
+    queue: str
+    payload: Any
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    visibility_timeout_s: float
+    retry_base_s: float
+    expires_at: datetime | None
+    state: JobState
+    worker_id: str | None
+    claim_expires_at: datetime | None
+    last_error: str | None
+    enqueued_at: datetime
+    died_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What ``Queue.sweep_expired`` did: live rows expired, dead letters purged."""
+
+    expired: int
+    purged: int
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """A queue's counts; ``oldest_pending_age_s`` is None when nothing is ready."""
+
+    queue: str
+    pending: int
+    scheduled: int
+    processing: int
+    dead: int
+    oldest_pending_age_s: float | None
+    overdue: int = 0
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One message received by ``Store.listen``."""
+
+    channel: str
+    payload: str
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A registered schedule as stored."""
+
+    name: str
+    spec: str
+    interval_s: int
+    queue: str
+    payload: Any
+    priority: int
+    max_attempts: int
+    visibility_timeout_s: float
+    retry_base_s: float
+    expires_s: float | None
+    enabled: bool
+    next_run_at: datetime
+    last_fired_at: datetime | None
+    created_at: datetime
+    updated_at: datetime

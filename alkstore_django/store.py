@@ -1,0 +1,135 @@
+"""The ``Store`` facade over one database alias, and the lazy default ``store``."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from .conf import app_settings
+from .errors import StoreClosed
+from .queues import Queue
+from .validation import validate_name, validate_queue_options
+
+if TYPE_CHECKING:
+    from .dialects import Dialect
+    from .records import Job, Notification
+
+
+class Store:
+    """Every alkstore operation on one database alias (``ALKSTORE["DATABASE"]`` by default)."""
+
+    def __init__(self, using: str | None = None) -> None:
+        self._using = using
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<Store using={self.using!r}{' closed' if self._closed else ''}>"
+
+    @property
+    def using(self) -> str:
+        return self._using or app_settings.database
+
+    @cached_property
+    def dialect(self) -> Dialect:
+        from .dialects import dialect_for
+
+        return dialect_for(self.using)
+
+    def check_open(self) -> None:
+        """Raise ``StoreClosed`` once ``close()`` has been called."""
+        if self._closed:
+            raise StoreClosed(f"Store using {self.using!r} is closed: create a new Store.")
+
+    def close(self) -> None:
+        """Close the store: every later operation on it raises ``StoreClosed``."""
+        self._closed = True
+
+    # --- queues --------------------------------------------------------------
+
+    def queue(self, name: str, **opts: Any) -> Queue:
+        """Return a handle on queue ``name`` with ``opts`` resolved over its derived defaults.
+
+        Raises ``InvalidName``/``ReservedName`` for a bad name and
+        ``InvalidArgument`` for an unknown option or a value out of range.
+        """
+        self.check_open()
+        validate_name("queue", name)
+        checked = validate_queue_options(opts)
+        return Queue(self, name, app_settings.queue_defaults(name).overlay(checked))
+
+    def get_job(self, job_id: int) -> Job | None:
+        """Return the job, live or dead, or None. A pure read."""
+        self.check_open()
+        from .models import DeadJob, Job
+
+        live = Job.objects.using(self.using).filter(id=job_id).first()
+        if live is not None:
+            return live.to_record()
+        dead = DeadJob.objects.using(self.using).filter(id=job_id).first()
+        return dead.to_record() if dead is not None else None
+
+    # --- notify / listen -----------------------------------------------------
+
+    def notify(self, channel: str, payload: str = "") -> None:
+        """Send ``payload`` on ``channel``; inside a transaction it is delivered on commit."""
+        from . import notify
+
+        self.check_open()
+        notify.notify(self, channel, payload)
+
+    def listen(self, channels: Sequence[str], timeout_s: float) -> Iterator[Notification]:
+        """Yield notifications on ``channels`` until ``timeout_s`` passes with none."""
+        from . import notify
+
+        self.check_open()
+        return notify.listen(self, channels, timeout_s)
+
+
+_stores: dict[str, Store] = {}
+_stores_lock = threading.Lock()
+
+
+def get_store(using: str | None = None) -> Store:
+    """Return the shared Store for ``using`` (the configured alias by default)."""
+    alias = using or app_settings.database
+    with _stores_lock:
+        if alias not in _stores:
+            _stores[alias] = Store(alias)
+        return _stores[alias]
+
+
+class DefaultStore:
+    """A proxy to the Store of ``ALKSTORE["DATABASE"]``, resolved on every access."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(get_store(), name)
+
+    def __repr__(self) -> str:
+        return repr(get_store())
+
+
+store = DefaultStore()
+
+
+def reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    """Forget the shared stores when ALKSTORE or DATABASES change (tests)."""
+    if setting in {"ALKSTORE", "DATABASES"}:
+        with _stores_lock:
+            _stores.clear()
+
+
+def prepare_connection(*, sender: Any, connection: Any, **kwargs: Any) -> None:
+    """Put a new SQLite connection in WAL mode so readers never block the writer.
+
+    WAL is a property of the file; asking again on every connection is cheap and
+    keeps a site that never configured it safe with several worker processes.
+    """
+    if connection.vendor != "sqlite":
+        return
+    name = str(connection.settings_dict.get("NAME", ""))
+    if not name or name == ":memory:" or "mode=memory" in name:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA journal_mode=WAL")

@@ -1,0 +1,149 @@
+"""Argument validators: every public call runs these before touching the database."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from typing import Any
+
+from .conf import QUEUE_OPTION_NAMES
+from .errors import InvalidArgument, InvalidName, PayloadError, ReservedName
+
+RESERVED_PREFIX = "__alkstore"
+# A b-tree entry must stay well under PostgreSQL's ~2,700-byte limit, so names
+# are capped in characters (4 bytes each at worst in UTF-8).
+MAX_NAME_LENGTH = 200
+# One hundred years: far past any real delay, well inside every datetime range.
+MAX_DURATION_S = 100 * 365 * 86_400
+MAX_INT32 = 2**31 - 1
+
+
+def validate_name(kind: str, name: object, *, allow_reserved: bool = False) -> str:
+    """Return ``name`` when it is a usable name of ``kind``; raise otherwise."""
+    if not isinstance(name, str) or not name:
+        raise InvalidName(f"Invalid {kind} name {name!r}: expected a non-empty string.")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidName(
+            f"Invalid {kind} name {name[:40]!r}… ({len(name)} characters): "
+            f"expected at most {MAX_NAME_LENGTH} characters."
+        )
+    if "\x00" in name:
+        raise InvalidName(f"Invalid {kind} name {name!r}: NUL characters are not allowed.")
+    if not allow_reserved and name.startswith(RESERVED_PREFIX):
+        raise ReservedName(
+            f"Reserved {kind} name {name!r}: names beginning with {RESERVED_PREFIX!r} "
+            "belong to alkstore_django."
+        )
+    return name
+
+
+def validate_worker_id(worker_id: object) -> str:
+    """Return ``worker_id`` when it is a non-empty string of at most 200 characters."""
+    if not isinstance(worker_id, str) or not worker_id or len(worker_id) > MAX_NAME_LENGTH:
+        raise InvalidArgument(
+            f"Invalid worker_id {worker_id!r}: expected a non-empty string of at most "
+            f"{MAX_NAME_LENGTH} characters."
+        )
+    return worker_id
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def validate_duration(
+    name: str, value: object, *, allow_zero: bool = True, allow_none: bool = False
+) -> float | None:
+    """Return ``value`` as seconds when it is a finite, non-negative, sane duration."""
+    if value is None and allow_none:
+        return None
+    lower = "0" if allow_zero else "greater than 0"
+    if (
+        not _is_number(value)
+        or not math.isfinite(value)  # type: ignore[arg-type]
+        or value < 0  # type: ignore[operator]
+        or (value == 0 and not allow_zero)
+        or value > MAX_DURATION_S  # type: ignore[operator]
+    ):
+        allowed = f"a number of seconds from {lower} to {MAX_DURATION_S}"
+        if allow_none:
+            allowed += ", or None"
+        raise InvalidArgument(f"Invalid {name} {value!r}: expected {allowed}.")
+    return value  # type: ignore[return-value]
+
+
+def validate_int(name: str, value: object, *, minimum: int, maximum: int = MAX_INT32) -> int:
+    """Return ``value`` when it is an integer in ``[minimum, maximum]``."""
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
+        raise InvalidArgument(
+            f"Invalid {name} {value!r}: expected an integer from {minimum} to {maximum}."
+        )
+    return value
+
+
+def validate_priority(value: object) -> int:
+    """Return ``value`` when it fits the priority column."""
+    return validate_int("priority", value, minimum=-MAX_INT32 - 1)
+
+
+def validate_max_attempts(value: object) -> int:
+    """Return ``value`` when it is at least 1."""
+    return validate_int("max_attempts", value, minimum=1)
+
+
+def validate_run_at(value: object) -> datetime:
+    """Return ``value`` when it is a timezone-aware datetime."""
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise InvalidArgument(
+            f"Invalid run_at {value!r}: expected a timezone-aware datetime."
+        )
+    return value
+
+
+def validate_queue_options(opts: dict[str, Any], *, source: str = "queue option") -> dict[str, Any]:
+    """Return ``opts`` when every key is a queue option and every value is in range."""
+    unknown = sorted(set(opts) - QUEUE_OPTION_NAMES)
+    if unknown:
+        raise InvalidArgument(
+            f"Unknown {source} {unknown[0]!r}: expected one of {', '.join(sorted(QUEUE_OPTION_NAMES))}."
+        )
+    checked: dict[str, Any] = {}
+    for key, value in opts.items():
+        if key == "visibility_timeout_s":
+            checked[key] = validate_duration(key, value, allow_zero=False)
+        elif key == "max_attempts":
+            checked[key] = validate_max_attempts(value)
+        elif key == "retry_base_s":
+            checked[key] = validate_duration(key, value)
+        elif key == "priority":
+            checked[key] = validate_priority(value)
+        elif key == "expires_s":
+            checked[key] = validate_duration(key, value, allow_zero=False, allow_none=True)
+        else:
+            checked[key] = validate_duration(key, value, allow_none=True)
+    return checked
+
+
+def encode_payload(payload: Any, max_bytes: int) -> str:
+    """Return ``payload`` as compact JSON text, refusing what cannot round-trip."""
+    try:
+        text = json.dumps(payload, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise PayloadError(
+            f"Payload {_preview(payload)} cannot be encoded as JSON: {exc}."
+        ) from exc
+    if "\\u0000" in text:
+        # PostgreSQL's jsonb cannot store U+0000; refuse it on every engine alike.
+        raise PayloadError(f"Payload {_preview(payload)} contains U+0000, which cannot be stored.")
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise PayloadError(
+            f"Payload of {size} bytes is larger than MAX_PAYLOAD_BYTES ({max_bytes})."
+        )
+    return text
+
+
+def _preview(payload: Any) -> str:
+    text = repr(payload)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,1 @@
+"""Handlers the worker tests run; each records its run in ``Run``."""
