@@ -38,7 +38,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     if raw is None:
         return []
     if not isinstance(raw, dict):
-        return [_error(f"ALKSTORE is {type(raw).__name__}, not a dict.", "Use a dict.", "alkstore.E001")]
+        return [
+            _error(f"ALKSTORE is {type(raw).__name__}, not a dict.", "Use a dict.", "alkstore.E001")
+        ]
     errors: list[checks.CheckMessage] = []
     for key in sorted(set(raw) - SETTING_KEYS):
         errors.append(
@@ -71,7 +73,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
     queues = raw.get("QUEUES", {})
     if not isinstance(queues, dict):
-        errors.append(_error("ALKSTORE['QUEUES'] must be a dict.", "Map names to options.", "alkstore.E003"))
+        errors.append(
+            _error("ALKSTORE['QUEUES'] must be a dict.", "Map names to options.", "alkstore.E003")
+        )
         queues = {}
     for name, opts in queues.items():
         try:
@@ -81,12 +85,20 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             validate_queue_options(opts)
         except AlkstoreError as exc:
             errors.append(
-                _error(f"ALKSTORE['QUEUES'][{name!r}]: {exc}", "Fix the queue options.", "alkstore.E003")
+                _error(
+                    f"ALKSTORE['QUEUES'][{name!r}]: {exc}",
+                    "Fix the queue options.",
+                    "alkstore.E003",
+                )
             )
     for key, id_ in (("POLL_INTERVAL_S", "alkstore.E004"), ("SWEEP_INTERVAL_S", "alkstore.E004")):
         if key in raw and not _positive_number(raw[key]):
             errors.append(
-                _error(f"ALKSTORE[{key!r}] is {raw[key]!r}.", "Expected a positive number of seconds.", id_)
+                _error(
+                    f"ALKSTORE[{key!r}] is {raw[key]!r}.",
+                    "Expected a positive number of seconds.",
+                    id_,
+                )
             )
     if "MAX_PAYLOAD_BYTES" in raw:
         value = raw["MAX_PAYLOAD_BYTES"]

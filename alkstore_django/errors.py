@@ -47,7 +47,7 @@ class StoreClosed(AlkstoreError):
     """The Store has been closed; create a new one to keep working."""
 
 
-class Fail(Exception):  # noqa: N818 - the SPEC names it; it is a request, not an error
+class Fail(Exception):
     """Raised by a handler to dead-letter its job at once; the message becomes last_error."""
 
 

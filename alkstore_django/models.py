@@ -37,9 +37,9 @@ class Job(models.Model):
     retry_base_s = models.FloatField()
     expires_at = models.DateTimeField(null=True, blank=True)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
-    worker_id = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)
+    worker_id = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
     claim_expires_at = models.DateTimeField(null=True, blank=True)
-    last_error = models.TextField(null=True, blank=True)
+    last_error = models.TextField(null=True, blank=True)  # noqa: DJ001
     enqueued_at = models.DateTimeField()
 
     objects = JobQuerySet.as_manager()
@@ -119,8 +119,8 @@ class DeadJob(models.Model):
     visibility_timeout_s = models.FloatField()
     retry_base_s = models.FloatField()
     expires_at = models.DateTimeField(null=True, blank=True)
-    worker_id = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)
-    last_error = models.TextField(null=True, blank=True)
+    worker_id = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
+    last_error = models.TextField(null=True, blank=True)  # noqa: DJ001
     enqueued_at = models.DateTimeField()
     died_at = models.DateTimeField()
 
@@ -177,9 +177,7 @@ class Schedule(models.Model):
 
     class Meta:
         indexes = [
-            models.Index(
-                fields=["next_run_at"], name="alk_sched_due", condition=Q(enabled=True)
-            ),
+            models.Index(fields=["next_run_at"], name="alk_sched_due", condition=Q(enabled=True)),
         ]
 
     def __str__(self) -> str:

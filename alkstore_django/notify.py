@@ -171,7 +171,7 @@ class SqliteWatcher(Watcher):
 
     def _max_id(self) -> int:
         try:
-            row = self._conn.execute(f"SELECT max(id) FROM {self.table}").fetchone()  # noqa: S608
+            row = self._conn.execute(f"SELECT max(id) FROM {self.table}").fetchone()
         except sqlite3.OperationalError:
             return 0
         return row[0] or 0
@@ -193,7 +193,7 @@ class SqliteWatcher(Watcher):
         while True:
             marks = ", ".join("?" * len(self.channels))
             rows = self._conn.execute(
-                f"SELECT id, channel, payload FROM {self.table} "  # noqa: S608
+                f"SELECT id, channel, payload FROM {self.table} "
                 f"WHERE id > ? AND channel IN ({marks}) ORDER BY id",
                 [self._last_id, *self.channels],
             ).fetchall()

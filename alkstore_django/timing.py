@@ -52,4 +52,4 @@ def backoff_s(attempt: int, retry_base_s: float, rng: random.Random | None = Non
     low = math.ceil(d / 2)
     high = max(low, math.floor(d))
     # Jitter spreads retries; it is not security-sensitive.
-    return (rng or random).randint(low, high)  # noqa: S311
+    return (rng or random).randint(low, high)

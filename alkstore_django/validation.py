@@ -95,9 +95,7 @@ def validate_max_attempts(value: object) -> int:
 def validate_run_at(value: object) -> datetime:
     """Return ``value`` when it is a timezone-aware datetime."""
     if not isinstance(value, datetime) or value.tzinfo is None:
-        raise InvalidArgument(
-            f"Invalid run_at {value!r}: expected a timezone-aware datetime."
-        )
+        raise InvalidArgument(f"Invalid run_at {value!r}: expected a timezone-aware datetime.")
     return value
 
 
@@ -106,7 +104,8 @@ def validate_queue_options(opts: dict[str, Any], *, source: str = "queue option"
     unknown = sorted(set(opts) - QUEUE_OPTION_NAMES)
     if unknown:
         raise InvalidArgument(
-            f"Unknown {source} {unknown[0]!r}: expected one of {', '.join(sorted(QUEUE_OPTION_NAMES))}."
+            f"Unknown {source} {unknown[0]!r}: expected one of "
+            f"{', '.join(sorted(QUEUE_OPTION_NAMES))}."
         )
     checked: dict[str, Any] = {}
     for key, value in opts.items():

@@ -10,7 +10,9 @@ import environ
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
 
-SQLITE_PATH = Path(os.environ.get("ALKSTORE_TEST_SQLITE", BASE_DIR / ".test-db" / "alkstore.sqlite3"))
+SQLITE_PATH = Path(
+    os.environ.get("ALKSTORE_TEST_SQLITE", BASE_DIR / ".test-db" / "alkstore.sqlite3")
+)
 SQLITE_PATH.parent.mkdir(parents=True, exist_ok=True)
 
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{SQLITE_PATH}")}
@@ -19,7 +21,7 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"]["TEST"] = {"NAME": str(DATABASES["default"]["NAME"])}
     DATABASES["default"]["OPTIONS"] = {"timeout": 30, "transaction_mode": "IMMEDIATE"}
 
-SECRET_KEY = "alkstore-tests-not-secret"  # noqa: S105
+SECRET_KEY = "alkstore-tests-not-secret"
 DEBUG = False
 USE_TZ = True
 TIME_ZONE = "UTC"

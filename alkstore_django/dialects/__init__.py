@@ -20,7 +20,8 @@ def dialect_for(using: str) -> Dialect:
 
         return SqliteDialect(using)
     raise InvalidArgument(
-        f"Unsupported database vendor {vendor!r} for alias {using!r}: expected postgresql or sqlite."
+        f"Unsupported database vendor {vendor!r} for alias {using!r}: "
+        "expected postgresql or sqlite."
     )
 
 

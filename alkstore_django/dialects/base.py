@@ -173,9 +173,7 @@ class Dialect:
             f"WHERE {self.fence_where(now)}"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(
-                sql, [*now_params, extend_s, job_id, attempts, worker_id, *now_params]
-            )
+            cursor.execute(sql, [*now_params, extend_s, job_id, attempts, worker_id, *now_params])
             return cursor.rowcount == 1
 
     def requeue_claimed(
@@ -261,9 +259,7 @@ class Dialect:
         """Return seconds until the soonest pending job of ``queues`` is due (0 if one is)."""
         now, now_params = self.now_sql()
         marks = ", ".join(["%s"] * len(queues))
-        sql = (
-            f"SELECT min(run_at), {now} FROM {J} WHERE state = 'pending' AND queue IN ({marks})"
-        )
+        sql = f"SELECT min(run_at), {now} FROM {J} WHERE state = 'pending' AND queue IN ({marks})"
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [*now_params, *queues])
             row = cursor.fetchone()

@@ -10,7 +10,7 @@ from typing import Any
 from django.db import transaction
 
 from ..records import Job as JobRecord
-from .base import D, DEAD_COLUMNS, DEAD_COPY, J, JOB_SELECT, Dialect
+from .base import DEAD_COLUMNS, DEAD_COPY, JOB_SELECT, D, Dialect, J
 
 NOW = "statement_timestamp()"
 

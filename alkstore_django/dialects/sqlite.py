@@ -17,7 +17,7 @@ from typing import Any
 from django.utils.dateparse import parse_datetime
 
 from ..records import Job as JobRecord
-from .base import D, DEAD_COLUMNS, DEAD_COPY, J, JOB_SELECT, Dialect
+from .base import DEAD_COLUMNS, DEAD_COPY, JOB_SELECT, D, Dialect, J
 
 FORMAT = "'%%Y-%%m-%%d %%H:%%M:%%f'"
 NOW = f"strftime({FORMAT}, 'now')"

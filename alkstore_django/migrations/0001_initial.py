@@ -4,122 +4,194 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Lock',
+            name="Lock",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200, unique=True)),
-                ('owner', models.CharField(max_length=200)),
-                ('fence', models.PositiveBigIntegerField(default=1)),
-                ('expires_at', models.DateTimeField()),
-                ('acquired_at', models.DateTimeField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200, unique=True)),
+                ("owner", models.CharField(max_length=200)),
+                ("fence", models.PositiveBigIntegerField(default=1)),
+                ("expires_at", models.DateTimeField()),
+                ("acquired_at", models.DateTimeField()),
             ],
         ),
         migrations.CreateModel(
-            name='ChannelMessage',
+            name="ChannelMessage",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('channel', models.CharField(max_length=64)),
-                ('payload', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField()),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("channel", models.CharField(max_length=64)),
+                ("payload", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField()),
             ],
             options={
-                'indexes': [models.Index(fields=['channel', 'id'], name='alk_msg_channel')],
+                "indexes": [models.Index(fields=["channel", "id"], name="alk_msg_channel")],
             },
         ),
         migrations.CreateModel(
-            name='DeadJob',
+            name="DeadJob",
             fields=[
-                ('id', models.BigIntegerField(primary_key=True, serialize=False)),
-                ('queue', models.CharField(max_length=200)),
-                ('payload', models.JSONField(null=True)),
-                ('priority', models.IntegerField(default=0)),
-                ('run_at', models.DateTimeField()),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('max_attempts', models.PositiveIntegerField()),
-                ('visibility_timeout_s', models.FloatField()),
-                ('retry_base_s', models.FloatField()),
-                ('expires_at', models.DateTimeField(blank=True, null=True)),
-                ('worker_id', models.CharField(blank=True, max_length=200, null=True)),
-                ('last_error', models.TextField(blank=True, null=True)),
-                ('enqueued_at', models.DateTimeField()),
-                ('died_at', models.DateTimeField()),
+                ("id", models.BigIntegerField(primary_key=True, serialize=False)),
+                ("queue", models.CharField(max_length=200)),
+                ("payload", models.JSONField(null=True)),
+                ("priority", models.IntegerField(default=0)),
+                ("run_at", models.DateTimeField()),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("max_attempts", models.PositiveIntegerField()),
+                ("visibility_timeout_s", models.FloatField()),
+                ("retry_base_s", models.FloatField()),
+                ("expires_at", models.DateTimeField(blank=True, null=True)),
+                ("worker_id", models.CharField(blank=True, max_length=200, null=True)),
+                ("last_error", models.TextField(blank=True, null=True)),
+                ("enqueued_at", models.DateTimeField()),
+                ("died_at", models.DateTimeField()),
             ],
             options={
-                'verbose_name': 'dead letter',
-                'permissions': [('requeue_deadjob', 'Can requeue dead letters')],
-                'indexes': [models.Index(fields=['queue', 'died_at'], name='alk_dead_queue_died'), models.Index(fields=['died_at'], name='alk_dead_died')],
+                "verbose_name": "dead letter",
+                "permissions": [("requeue_deadjob", "Can requeue dead letters")],
+                "indexes": [
+                    models.Index(fields=["queue", "died_at"], name="alk_dead_queue_died"),
+                    models.Index(fields=["died_at"], name="alk_dead_died"),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('queue', models.CharField(max_length=200)),
-                ('payload', models.JSONField(null=True)),
-                ('priority', models.IntegerField(default=0)),
-                ('run_at', models.DateTimeField()),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('max_attempts', models.PositiveIntegerField()),
-                ('visibility_timeout_s', models.FloatField()),
-                ('retry_base_s', models.FloatField()),
-                ('expires_at', models.DateTimeField(blank=True, null=True)),
-                ('state', models.CharField(choices=[('pending', 'pending'), ('processing', 'processing')], default='pending', max_length=16)),
-                ('worker_id', models.CharField(blank=True, max_length=200, null=True)),
-                ('claim_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('last_error', models.TextField(blank=True, null=True)),
-                ('enqueued_at', models.DateTimeField()),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("queue", models.CharField(max_length=200)),
+                ("payload", models.JSONField(null=True)),
+                ("priority", models.IntegerField(default=0)),
+                ("run_at", models.DateTimeField()),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("max_attempts", models.PositiveIntegerField()),
+                ("visibility_timeout_s", models.FloatField()),
+                ("retry_base_s", models.FloatField()),
+                ("expires_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("pending", "pending"), ("processing", "processing")],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("worker_id", models.CharField(blank=True, max_length=200, null=True)),
+                ("claim_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("last_error", models.TextField(blank=True, null=True)),
+                ("enqueued_at", models.DateTimeField()),
             ],
             options={
-                'verbose_name': 'live job',
-                'indexes': [models.Index(condition=models.Q(('state', 'pending')), fields=['queue', '-priority', 'run_at', 'id'], name='alk_job_claim'), models.Index(condition=models.Q(('state', 'pending')), fields=['queue', 'run_at'], name='alk_job_due'), models.Index(condition=models.Q(('state', 'processing')), fields=['queue', 'claim_expires_at'], name='alk_job_lapse'), models.Index(condition=models.Q(('expires_at__isnull', False)), fields=['queue', 'expires_at'], name='alk_job_expiry')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('state__in', ['pending', 'processing'])), name='alk_job_state'), models.CheckConstraint(condition=models.Q(('max_attempts__gte', 1)), name='alk_job_max_attempts'), models.CheckConstraint(condition=models.Q(('visibility_timeout_s__gt', 0)), name='alk_job_visibility'), models.CheckConstraint(condition=models.Q(('state', 'pending'), ('claim_expires_at__isnull', False), _connector='OR'), name='alk_job_claim_deadline')],
+                "verbose_name": "live job",
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("state", "pending")),
+                        fields=["queue", "-priority", "run_at", "id"],
+                        name="alk_job_claim",
+                    ),
+                    models.Index(
+                        condition=models.Q(("state", "pending")),
+                        fields=["queue", "run_at"],
+                        name="alk_job_due",
+                    ),
+                    models.Index(
+                        condition=models.Q(("state", "processing")),
+                        fields=["queue", "claim_expires_at"],
+                        name="alk_job_lapse",
+                    ),
+                    models.Index(
+                        condition=models.Q(("expires_at__isnull", False)),
+                        fields=["queue", "expires_at"],
+                        name="alk_job_expiry",
+                    ),
+                ],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("state__in", ["pending", "processing"])),
+                        name="alk_job_state",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("max_attempts__gte", 1)), name="alk_job_max_attempts"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("visibility_timeout_s__gt", 0)),
+                        name="alk_job_visibility",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("state", "pending"),
+                            ("claim_expires_at__isnull", False),
+                            _connector="OR",
+                        ),
+                        name="alk_job_claim_deadline",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='OutcomeMinute',
+            name="OutcomeMinute",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('queue', models.CharField(max_length=200)),
-                ('minute', models.DateTimeField()),
-                ('acked', models.PositiveBigIntegerField(default=0)),
-                ('retried', models.PositiveBigIntegerField(default=0)),
-                ('dead', models.PositiveBigIntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("queue", models.CharField(max_length=200)),
+                ("minute", models.DateTimeField()),
+                ("acked", models.PositiveBigIntegerField(default=0)),
+                ("retried", models.PositiveBigIntegerField(default=0)),
+                ("dead", models.PositiveBigIntegerField(default=0)),
             ],
             options={
-                'indexes': [models.Index(fields=['minute'], name='alk_outcome_by_minute')],
-                'constraints': [models.UniqueConstraint(fields=('queue', 'minute'), name='alk_outcome_minute')],
+                "indexes": [models.Index(fields=["minute"], name="alk_outcome_by_minute")],
+                "constraints": [
+                    models.UniqueConstraint(fields=("queue", "minute"), name="alk_outcome_minute")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Schedule',
+            name="Schedule",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200, unique=True)),
-                ('spec', models.CharField(max_length=64)),
-                ('interval_s', models.PositiveBigIntegerField()),
-                ('queue', models.CharField(max_length=200)),
-                ('payload', models.JSONField(null=True)),
-                ('priority', models.IntegerField()),
-                ('max_attempts', models.PositiveIntegerField()),
-                ('visibility_timeout_s', models.FloatField()),
-                ('retry_base_s', models.FloatField()),
-                ('expires_s', models.FloatField(blank=True, null=True)),
-                ('enabled', models.BooleanField(default=True)),
-                ('next_run_at', models.DateTimeField()),
-                ('last_fired_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField()),
-                ('updated_at', models.DateTimeField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200, unique=True)),
+                ("spec", models.CharField(max_length=64)),
+                ("interval_s", models.PositiveBigIntegerField()),
+                ("queue", models.CharField(max_length=200)),
+                ("payload", models.JSONField(null=True)),
+                ("priority", models.IntegerField()),
+                ("max_attempts", models.PositiveIntegerField()),
+                ("visibility_timeout_s", models.FloatField()),
+                ("retry_base_s", models.FloatField()),
+                ("expires_s", models.FloatField(blank=True, null=True)),
+                ("enabled", models.BooleanField(default=True)),
+                ("next_run_at", models.DateTimeField()),
+                ("last_fired_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField()),
+                ("updated_at", models.DateTimeField()),
             ],
             options={
-                'indexes': [models.Index(condition=models.Q(('enabled', True)), fields=['next_run_at'], name='alk_sched_due')],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("enabled", True)),
+                        fields=["next_run_at"],
+                        name="alk_sched_due",
+                    )
+                ],
             },
         ),
     ]
