@@ -100,6 +100,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                     id_,
                 )
             )
+    errors += _check_schedules(raw)
     if "MAX_PAYLOAD_BYTES" in raw:
         value = raw["MAX_PAYLOAD_BYTES"]
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -108,6 +109,36 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                     f"ALKSTORE['MAX_PAYLOAD_BYTES'] is {value!r}.",
                     "Expected a positive integer number of bytes.",
                     "alkstore.E005",
+                )
+            )
+    return errors
+
+
+def _check_schedules(raw: dict[str, Any]) -> list[checks.CheckMessage]:
+    """Validate ``ALKSTORE["SCHEDULES"]``: each entry as ``store.schedule()`` would."""
+    from .scheduler import SCHEDULE_KEYS, check_declaration
+
+    if "SCHEDULES" not in raw:
+        return []
+    schedules = raw["SCHEDULES"]
+    if not isinstance(schedules, dict):
+        return [
+            _error(
+                f"ALKSTORE['SCHEDULES'] is {type(schedules).__name__}, not a dict.",
+                "Map schedule names to dicts of spec, queue and options.",
+                "alkstore.E007",
+            )
+        ]
+    errors: list[checks.CheckMessage] = []
+    for name, declaration in schedules.items():
+        try:
+            check_declaration(name, declaration)
+        except AlkstoreError as exc:
+            errors.append(
+                _error(
+                    f"ALKSTORE['SCHEDULES'][{name!r}]: {exc}",
+                    f"Keys: {', '.join(sorted(SCHEDULE_KEYS))}; spec and queue are required.",
+                    "alkstore.E007",
                 )
             )
     return errors

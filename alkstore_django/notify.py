@@ -101,6 +101,14 @@ class PostgresWatcher(Watcher):
         self.channels = channels
         self._conn: Any = None
         self.reconnects = 0
+        # LISTEN at once: a notification sent between opening the watcher and
+        # the first receive() must not be lost. A failure here is retried there.
+        import psycopg
+
+        try:
+            self._conn = self._connect()
+        except psycopg.Error as exc:
+            logger.warning("listener connection failed alias=%s error=%s", alias, exc)
 
     def _connect(self) -> Any:
         from psycopg import sql

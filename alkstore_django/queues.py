@@ -97,10 +97,11 @@ class Queue:
             )
         limit = app_settings.max_payload_bytes
         encoded = [encode_payload(payload, limit) for payload in payloads]
+        # run_at is checked even when delay_s wins, so a bad value never passes silently.
+        if run_at is not None:
+            run_at = validate_run_at(run_at)
         if delay_s is not None:
             delay_s = validate_duration("delay_s", delay_s)
-        elif run_at is not None:
-            run_at = validate_run_at(run_at)
         stamps = {
             "priority": self.options.priority if priority is None else validate_priority(priority),
             "max_attempts": (
@@ -214,6 +215,10 @@ class JobHandle:
     @property
     def spent(self) -> bool:
         return self._spent
+
+    def mark_spent(self) -> None:
+        """Record that the job was settled elsewhere (a worker's batched ack)."""
+        self._spent = True
 
     def _fence(self) -> tuple[int, int, str]:
         return self.job.id, self.job.attempts, self.job.worker_id or ""

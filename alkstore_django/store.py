@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from .conf import app_settings
 from .errors import StoreClosed
 from .queues import Queue
-from .validation import validate_name, validate_queue_options
+from .validation import validate_int, validate_name, validate_queue_options
 
 if TYPE_CHECKING:
     from .dialects import Dialect
-    from .records import Job, Notification
+    from .locks import LockHandle
+    from .outbox import Outbox
+    from .records import Job, Notification, Schedule
 
 
 class Store:
@@ -62,6 +65,7 @@ class Store:
     def get_job(self, job_id: int) -> Job | None:
         """Return the job, live or dead, or None. A pure read."""
         self.check_open()
+        validate_int("job id", job_id, minimum=-(2**63), maximum=2**63 - 1)
         from .models import DeadJob, Job
 
         live = Job.objects.using(self.using).filter(id=job_id).first()
@@ -69,6 +73,80 @@ class Store:
             return live.to_record()
         dead = DeadJob.objects.using(self.using).filter(id=job_id).first()
         return dead.to_record() if dead is not None else None
+
+    # --- outbox, locks, schedules ----------------------------------------------
+
+    def outbox(self, name: str) -> Outbox:
+        """Return the outbox ``name``, backed by the reserved queue ``__alkstore_outbox:{name}``.
+
+        Validated like a queue name; raises ``InvalidName``/``ReservedName``.
+        """
+        from .outbox import Outbox
+
+        self.check_open()
+        return Outbox(self, name)
+
+    def try_lock(self, name: str, *, ttl_s: float, owner: str | None = None) -> LockHandle | None:
+        """Take the lease ``name`` for ``ttl_s`` seconds; None when another owner holds it.
+
+        See ``alkstore_django.locks.try_lock``.
+        """
+        from . import locks
+
+        return locks.try_lock(self, name, ttl_s=ttl_s, owner=owner)
+
+    def lock(
+        self, name: str, *, ttl_s: float, owner: str | None = None
+    ) -> AbstractContextManager[LockHandle]:
+        """Hold the lease ``name`` for a ``with`` block; raise ``LockNotAcquired`` when taken."""
+        from . import locks
+
+        return locks.lock(self, name, ttl_s=ttl_s, owner=owner)
+
+    def schedule(
+        self,
+        name: str,
+        spec: str,
+        queue: str,
+        payload: Any = None,
+        *,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        expires_s: float | None = None,
+    ) -> Schedule:
+        """Register (upsert by name) a schedule and return it as stored.
+
+        ``spec`` is exactly ``@every <n><unit>`` (unit s, m, h or d); anything
+        else raises ``InvalidSpec`` before any database access. See
+        ``alkstore_django.scheduler.schedule``.
+        """
+        from . import scheduler
+
+        return scheduler.schedule(
+            self,
+            name,
+            spec,
+            queue,
+            payload,
+            priority=priority,
+            max_attempts=max_attempts,
+            expires_s=expires_s,
+        )
+
+    def unschedule(self, name: str) -> bool:
+        """Delete the schedule ``name``; False when there is none."""
+        from . import scheduler
+
+        return scheduler.unschedule(self, name)
+
+    def run_schedules(self, stop: threading.Event) -> None:
+        """Lead the schedules until ``stop`` is set; raise ``LeadershipLost`` when another leads.
+
+        See ``alkstore_django.scheduler.run_schedules``.
+        """
+        from . import scheduler
+
+        scheduler.run_schedules(self, stop)
 
     # --- notify / listen -----------------------------------------------------
 

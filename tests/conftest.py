@@ -42,3 +42,4 @@ def subprocess_env() -> dict[str, str]:
 @pytest.fixture
 def python() -> str:
     return sys.executable
+

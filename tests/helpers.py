@@ -27,3 +27,49 @@ def expire_job(job_id: int) -> None:
 def age_dead(job_id: int, seconds: float) -> None:
     """Make a dead letter ``seconds`` older."""
     DeadJob.objects.filter(id=job_id).update(died_at=Now() - timedelta(seconds=seconds))
+
+
+def db_now():
+    """Return the database's clock (the only clock the queue uses)."""
+    from alkstore_django import store
+
+    return store.dialect.database_now()
+
+
+def live_count(queue: str | None = None) -> int:
+    """Count live rows, of one queue or of all."""
+    rows = Job.objects.all() if queue is None else Job.objects.filter(queue=queue)
+    return rows.count()
+
+
+def dead_count(queue: str | None = None) -> int:
+    """Count dead letters, of one queue or of all."""
+    rows = DeadJob.objects.all() if queue is None else DeadJob.objects.filter(queue=queue)
+    return rows.count()
+
+
+def fill_pending(queue: str, n: int) -> None:
+    """Insert ``n`` pending rows into ``queue`` in one statement (fast backlogs for plans)."""
+    from django.db import connection
+
+    table = Job._meta.db_table
+    columns = (
+        "queue, payload, priority, run_at, attempts, max_attempts, visibility_timeout_s, "
+        "retry_base_s, state, enqueued_at"
+    )
+    if connection.vendor == "postgresql":
+        sql = (
+            f"INSERT INTO {table} ({columns}) SELECT %s, '{{}}'::jsonb, g %% 10, "
+            "now() - make_interval(secs => g), 0, 3, 300, 5, 'pending', now() "
+            "FROM generate_series(1, %s) AS g"
+        )
+    else:
+        sql = (
+            "WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < %s) "
+            f"INSERT INTO {table} ({columns}) SELECT %s, '{{}}', x %% 10, "
+            "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('-%%d seconds', x)), "
+            "0, 3, 300, 5, 'pending', strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') FROM g"
+        )
+    params = [queue, n] if connection.vendor == "postgresql" else [n, queue]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)

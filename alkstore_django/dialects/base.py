@@ -256,17 +256,28 @@ class Dialect:
         return row[0], row[1], row[2], row[3], row[4], age
 
     def next_due_at(self, queues: Sequence[str]) -> float | None:
-        """Return seconds until the soonest pending job of ``queues`` is due (0 if one is)."""
+        """Return seconds until something in ``queues`` next becomes claimable.
+
+        That is the soonest future ``run_at`` of a pending job or the soonest
+        claim deadline of a processing one (a dead worker's job comes back
+        then); None when there is neither.
+        """
         now, now_params = self.now_sql()
         marks = ", ".join(["%s"] * len(queues))
-        sql = f"SELECT min(run_at), {now} FROM {J} WHERE state = 'pending' AND queue IN ({marks})"
+        sql = (
+            f"SELECT (SELECT min(run_at) FROM {J} WHERE queue IN ({marks}) "
+            f"AND state = 'pending' AND run_at > {now}), "
+            f"(SELECT min(claim_expires_at) FROM {J} WHERE queue IN ({marks}) "
+            f"AND state = 'processing' AND claim_expires_at > {now}), {now}"
+        )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [*now_params, *queues])
+            cursor.execute(sql, [*queues, *now_params, *queues, *now_params, *now_params])
             row = cursor.fetchone()
-        soonest, db_now = self.to_datetime(row[0]), self.to_datetime(row[1])
-        if soonest is None or db_now is None:
+        db_now = self.to_datetime(row[2])
+        times = [t for t in (self.to_datetime(row[0]), self.to_datetime(row[1])) if t]
+        if not times or db_now is None:
             return None
-        return max((soonest - db_now).total_seconds(), 0.0)
+        return max((min(times) - db_now).total_seconds(), 0.0)
 
     def database_now(self) -> datetime:
         now, now_params = self.now_sql()

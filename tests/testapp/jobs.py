@@ -1,1 +1,52 @@
-"""Handlers the worker tests run; each records its run in ``Run``."""
+"""Handlers the worker tests run; each records its run in ``Run`` so checks are exact."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from alkstore_django import Fail, handler
+
+from .models import Run
+
+
+def record(job) -> None:
+    Run.objects.create(
+        job_id=job.id, attempt=job.attempts, queue=job.queue, worker_id=job.worker_id or ""
+    )
+
+
+@handler("t.record")
+def record_run(job):
+    record(job)
+    return {"ok": job.id}
+
+
+@handler("t.noop")
+def noop(job):
+    return None
+
+
+@handler("t.raise")
+def raise_error(job):
+    record(job)
+    raise ValueError(f"boom {job.payload}")
+
+
+@handler("t.fail")
+def fail_now(job):
+    record(job)
+    raise Fail("refused: bad input")
+
+
+@handler("t.slow")
+def slow(job):
+    record(job)
+    time.sleep(float((job.payload or {}).get("sleep_s", 1.0)))
+
+
+@handler("t.exit")
+def exit_process(job):
+    """A poison job: kills its own worker process."""
+    record(job)
+    os._exit(3)

@@ -1,0 +1,103 @@
+"""``manage.py runworker``: run the registered handlers until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from alkstore_django.errors import AlkstoreError
+from alkstore_django.handlers import outbox_queue_name, registry
+from alkstore_django.worker import Worker
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise CommandError(f"Invalid value {value!r}: expected a positive integer.")
+    return number
+
+
+def non_negative_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not number >= 0:
+        raise CommandError(f"Invalid value {value!r}: expected a number of seconds >= 0.")
+    return number
+
+
+class Command(BaseCommand):
+    help = "Run the handlers of the named queues and outboxes (all registered ones by default)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--queue", action="append", default=[], help="A queue to work on.")
+        parser.add_argument("--outbox", action="append", default=[], help="An outbox to deliver.")
+        parser.add_argument("--concurrency", type=positive_int, default=4, help="Handler threads.")
+        parser.add_argument(
+            "--batch", type=positive_int, default=None, help="Most jobs held under claim at once."
+        )
+        parser.add_argument("--worker-id", default=None, help="Defaults to host:pid:random.")
+        parser.add_argument("--burst", action="store_true", help="Drain what is due, then exit.")
+        parser.add_argument(
+            "--grace-s",
+            type=non_negative_float,
+            default=30.0,
+            help="On SIGTERM, how long running jobs may finish before their claims are released.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self._configure_logging(options["verbosity"])
+        names = list(options["queue"]) + [outbox_queue_name(n) for n in options["outbox"]]
+        unknown = [n for n in names if registry.get(n) is None]
+        if unknown:
+            known = ", ".join(repr(n) for n in registry.queues()) or "none (add a jobs.py)"
+            raise CommandError(f"No handler for {unknown[0]!r}: registered queues are {known}.")
+        if not names and not registry.queues():
+            raise CommandError("No handlers are registered: add @handler functions in a jobs.py.")
+        stop = threading.Event()
+        self._install_signals(stop)
+        try:
+            worker = Worker(
+                names or None,
+                concurrency=options["concurrency"],
+                batch=options["batch"],
+                worker_id=options["worker_id"],
+                burst=options["burst"],
+                grace_s=options["grace_s"],
+            )
+            worker.run(stop)
+        except AlkstoreError as exc:
+            raise CommandError(str(exc)) from exc
+
+    @staticmethod
+    def _install_signals(stop: threading.Event) -> None:
+        def on_signal(signum: int, frame: Any) -> None:
+            if stop.is_set():
+                # A second signal: leave at once; held claims lapse and are reclaimed.
+                sys.stderr.write("alkstore: second signal, exiting now\n")
+                sys.stderr.flush()
+                os._exit(128 + signum)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    @staticmethod
+    def _configure_logging(verbosity: int) -> None:
+        logger = logging.getLogger("alkstore_django")
+        if logger.handlers or logging.getLogger().handlers:
+            return
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING if verbosity == 0 else logging.INFO)

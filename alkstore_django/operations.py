@@ -1,0 +1,250 @@
+"""Operators' services: repair dead letters, cancel jobs, pause schedules, read the overview.
+
+The admin and ``manage.py alkstore`` only call these. Every change is a set of
+single statements over many rows (never a per-row loop), and every timestamp
+is the database's clock.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from django.db import transaction
+
+from .conf import app_settings
+from .errors import InvalidArgument
+from .records import QueueStats
+from .timing import UNIT_SECONDS
+from .validation import validate_duration, validate_int, validate_name
+
+if TYPE_CHECKING:
+    from .dialects.maintenance import MaintenanceSQL
+
+DEFAULT_BATCH_SIZE = 5_000
+MAX_BATCH_SIZE = 50_000
+_AGE_RE = re.compile(r"([1-9][0-9]{0,9})([smhd])")
+
+Progress = Callable[[int], None]
+T = TypeVar("T")
+
+
+def _alias(using: str | None) -> str:
+    return using or app_settings.database
+
+
+def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _ids(ids: Iterable[int]) -> list[int]:
+    return sorted({validate_int("job id", i, minimum=-(2**63), maximum=2**63 - 1) for i in ids})
+
+
+def _batch(batch_size: int) -> int:
+    return validate_int("batch_size", batch_size, minimum=1, maximum=MAX_BATCH_SIZE)
+
+
+def parse_age(text: str) -> int:
+    """Return the seconds in an age such as ``30s``, ``15m``, ``12h`` or ``7d``.
+
+    Raises ``InvalidArgument`` naming the text for anything else.
+    """
+    match = _AGE_RE.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise InvalidArgument(
+            f"Invalid age {text!r}: expected a positive whole number followed by s, m, h or d "
+            "(for example 30s, 15m, 12h or 7d)."
+        )
+    return int(match.group(1)) * UNIT_SECONDS[match.group(2)]
+
+
+# --- dead letters --------------------------------------------------------------
+
+
+def requeue_dead(
+    ids: Iterable[int] | None = None,
+    *,
+    queue: str | None = None,
+    using: str | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: Progress | None = None,
+) -> int:
+    """Move dead letters back to their queues as pending jobs; return how many moved.
+
+    ``ids`` selects dead letters by id (restricted to ``queue`` when it is also
+    given); ``queue`` alone selects every dead letter of that queue. Each job
+    keeps its id, stamps and ``last_error``; it becomes pending, due now by the
+    database clock, with ``attempts`` reset to 0 (an expiry that has already
+    passed is dropped so it can run). The whole requeue is one transaction,
+    moved ``batch_size`` rows per statement; ``progress`` is called with the
+    running count after each statement. Workers on the queues are woken on commit.
+    """
+    from .dialects.maintenance import maintenance_for
+    from .models import DeadJob
+    from .queues import channel_for
+
+    if ids is None and queue is None:
+        raise InvalidArgument("Nothing to requeue: expected dead letter ids, a queue, or both.")
+    if queue is not None:
+        validate_name("queue", queue, allow_reserved=True)
+    batch_size = _batch(batch_size)
+    alias = _alias(using)
+    sql = maintenance_for(alias)
+    selected = None if ids is None else _ids(ids)
+    total = 0
+    woken: set[str] = set()
+    with sql.dialect.write_transaction() as cursor:
+        if selected is None:
+            assert queue is not None
+            after_id = -(2**63)
+            while batch := sql.dead_ids(queue, after_id, batch_size):
+                total += _move(sql, cursor, batch, woken, progress, total)
+                after_id = batch[-1]
+        else:
+            for chunk in _chunks(selected, batch_size):
+                if queue is not None:
+                    rows = DeadJob.objects.using(alias).filter(queue=queue, id__in=chunk)
+                    chunk = list(rows.values_list("id", flat=True))
+                if chunk:
+                    total += _move(sql, cursor, chunk, woken, progress, total)
+        # Sent inside the transaction, the wake-ups are delivered only on commit.
+        for name in sorted(woken):
+            sql.dialect.notify(channel_for(name), "")
+    return total
+
+
+def _move(
+    sql: MaintenanceSQL,
+    cursor: Any,
+    ids: Sequence[int],
+    woken: set[str],
+    progress: Progress | None,
+    done: int,
+) -> int:
+    moved = sql.move_dead_to_live(cursor, ids)
+    woken.update(moved)
+    count = sum(moved.values())
+    if progress is not None:
+        progress(done + count)
+    return count
+
+
+def delete_dead(ids: Iterable[int], *, using: str | None = None) -> int:
+    """Delete the dead letters ``ids`` in one transaction; return how many were deleted."""
+    from .dialects.maintenance import maintenance_for
+
+    sql = maintenance_for(_alias(using))
+    total = 0
+    with sql.dialect.write_transaction():
+        for chunk in _chunks(_ids(ids), MAX_BATCH_SIZE):
+            total += sql.delete_dead(chunk)
+    return total
+
+
+def purge_dead(
+    queue: str,
+    older_than_s: float,
+    *,
+    using: str | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: Progress | None = None,
+) -> int:
+    """Delete ``queue``'s dead letters that died ``older_than_s`` seconds ago or earlier.
+
+    The cutoff is fixed once from the database clock. Rows go ``batch_size`` at
+    a time, oldest first, each batch its own short transaction so a long purge
+    never holds the write lock; ``progress`` gets the running count. Returns
+    the number deleted.
+    """
+    from .dialects.maintenance import maintenance_for
+
+    validate_name("queue", queue, allow_reserved=True)
+    older_than_s = validate_duration("older_than_s", older_than_s)  # type: ignore[assignment]
+    batch_size = _batch(batch_size)
+    sql = maintenance_for(_alias(using))
+    cutoff = sql.dialect.database_now() - timedelta(seconds=older_than_s)
+    total = 0
+    while True:
+        with sql.dialect.write_transaction():
+            deleted = sql.purge_dead_batch(queue, cutoff, batch_size)
+        total += deleted
+        if deleted and progress is not None:
+            progress(total)
+        if deleted < batch_size:
+            return total
+
+
+# --- live jobs and schedules -----------------------------------------------------
+
+
+def cancel_jobs(ids: Iterable[int], *, using: str | None = None) -> int:
+    """Delete the live jobs ``ids`` whatever their state; return how many were deleted.
+
+    A running handler is not interrupted: its later ack simply finds nothing.
+    """
+    from .models import Job
+
+    alias = _alias(using)
+    total = 0
+    with transaction.atomic(using=alias):
+        for chunk in _chunks(_ids(ids), DEFAULT_BATCH_SIZE):
+            deleted, _ = Job.objects.using(alias).filter(id__in=chunk).delete()
+            total += deleted
+    return total
+
+
+def set_schedules_enabled(ids: Iterable[int], enabled: bool, *, using: str | None = None) -> int:
+    """Resume (``enabled=True``) or pause schedules by id; return how many changed.
+
+    A paused schedule does not fire. Resuming moves a next run that passed
+    while paused to the schedule's first boundary after now: missed fires are
+    skipped, not replayed.
+    """
+    from .dialects.maintenance import maintenance_for
+
+    selected = _ids(ids)
+    if not selected:
+        return 0
+    return maintenance_for(_alias(using)).set_schedules_enabled(selected, bool(enabled))
+
+
+# --- the overview ------------------------------------------------------------------
+
+
+def queue_overview(*, using: str | None = None) -> list[QueueStats]:
+    """Return every queue's counts, sorted by name, from three grouped queries.
+
+    Queues with rows, queues named in ``ALKSTORE["QUEUES"]`` and queues with a
+    registered handler are listed. ``pending`` counts ready jobs; ``scheduled``
+    those due later; ``overdue`` processing jobs whose claim deadline passed;
+    ``oldest_pending_age_s`` is the wait of the oldest ready job.
+    """
+    from .dialects.maintenance import maintenance_for
+    from .handlers import registry
+
+    sql = maintenance_for(_alias(using))
+    now = sql.dialect.database_now()
+    counts = sql.overview(now)
+    names = set(counts) | set(app_settings.queues) | set(registry.queues())
+    result = []
+    for name in sorted(names):
+        row = counts.get(name, {})
+        oldest = row.get("oldest_pending_at")
+        result.append(
+            QueueStats(
+                queue=name,
+                pending=row.get("pending", 0),
+                scheduled=row.get("scheduled", 0),
+                processing=row.get("processing", 0),
+                dead=row.get("dead", 0),
+                oldest_pending_age_s=(
+                    max((now - oldest).total_seconds(), 0.0) if oldest is not None else None
+                ),
+                overdue=row.get("overdue", 0),
+            )
+        )
+    return result

@@ -1,0 +1,494 @@
+"""The worker: claim in batches, run handlers on threads, settle outcomes in batches.
+
+One main thread owns the worker's own database traffic (claims, acks,
+heartbeats, sweeps) on one persistent connection, whatever ``CONN_MAX_AGE``
+says: a site on Django's default of 0 must not pay a connection per job.
+Handler threads call ``close_old_connections()`` around each job, as a
+request would, so user code sees the site's usual connection policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_module
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import DatabaseError, close_old_connections, connections, transaction
+
+from .conf import app_settings
+from .errors import Fail, InvalidArgument
+from .handlers import OUTBOX_PREFIX, HandlerRegistry, registry
+from .notify import Watcher, open_watcher
+from .queues import JobHandle, Queue
+from .records import Job
+from .store import Store, get_store
+
+logger = logging.getLogger(__name__)
+
+# A claim is renewed when a third of its visibility timeout has passed, so two
+# renewals can fail before a running job could be handed to another worker.
+HEARTBEAT_FRACTION = 1 / 3
+OUTCOME_FLUSH_INTERVAL_S = 1.0
+DB_RETRY_MAX_S = 5.0
+STOP_CHECK_S = 0.25
+
+
+def default_worker_id() -> str:
+    """Return an id unique to this process: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class Held:
+    """A job this worker holds a claim on, running or waiting for a thread."""
+
+    handle: JobHandle
+    handler: Callable[[Job], Any]
+    next_heartbeat_at: float
+    started_at: float | None = None
+
+
+@dataclass
+class Outcome:
+    """What a handler run decided; the main thread applies it."""
+
+    held: Held
+    kind: str  # "ack" | "retry" | "fail"
+    value: Any = None
+    error: str | None = None
+    duration_ms: float = 0.0
+
+
+@dataclass
+class WorkerStats:
+    """Counts since start, for logs, tests and benchmarks."""
+
+    acked: int = 0
+    retried: int = 0
+    dead: int = 0
+    lost: int = 0
+    released: int = 0
+    by_queue: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+
+class Worker:
+    """Run the handlers of ``queues`` until ``stop`` is set (or, in burst mode, until idle).
+
+    ``batch`` is the most jobs held under claim at once (running plus waiting
+    for a thread). On stop, jobs not yet started are released at once; running
+    ones get ``grace_s`` to finish, then their claims are released too, giving
+    back the attempt (the job did not fail).
+    """
+
+    def __init__(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        store: Store | None = None,
+        concurrency: int = 4,
+        batch: int | None = None,
+        worker_id: str | None = None,
+        burst: bool = False,
+        grace_s: float = 30.0,
+        poll_interval_s: float | None = None,
+        sweep_interval_s: float | None = None,
+        handlers: HandlerRegistry | None = None,
+    ) -> None:
+        self.store = store or get_store()
+        self.handlers = handlers or registry
+        names = list(queues) if queues else self.handlers.queues()
+        self.queue_names = names
+        self.concurrency = max(1, concurrency)
+        self.capacity = max(self.concurrency, batch or self.concurrency * 4)
+        self.worker_id = worker_id or default_worker_id()
+        self.burst = burst
+        self.grace_s = grace_s
+        self.poll_interval_s = poll_interval_s or app_settings.poll_interval_s
+        self.sweep_interval_s = sweep_interval_s or app_settings.sweep_interval_s
+        self.stats = WorkerStats()
+        self._queues: list[Queue] = []
+        self._held: dict[int, Held] = {}
+        self._work: queue_module.SimpleQueue[Held | None] = queue_module.SimpleQueue()
+        self._done: queue_module.SimpleQueue[Outcome] = queue_module.SimpleQueue()
+        self._unsettled: list[Outcome] = []
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self._wake = threading.Event()
+        self._halt = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._rr = 0
+        self._db_failures = 0
+        self._last_flush = time.monotonic()
+
+    # --- set-up -----------------------------------------------------------------
+
+    def _build_queues(self) -> list[Queue]:
+        built = []
+        for name in self.queue_names:
+            if self.handlers.get(name) is None:
+                raise InvalidArgument(
+                    f"No handler registered for queue {name!r}: expected one of "
+                    f"{', '.join(map(repr, self.handlers.queues())) or 'none (add a jobs.py)'}."
+                )
+            if name.startswith(OUTBOX_PREFIX):
+                built.append(self.store.outbox(name[len(OUTBOX_PREFIX) :]).queue)
+            else:
+                built.append(self.store.queue(name))
+        return built
+
+    def _start_threads(self) -> None:
+        for index in range(self.concurrency):
+            thread = threading.Thread(
+                target=self._run_jobs, name=f"alkstore-job-{index}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        watcher = threading.Thread(target=self._watch, name="alkstore-watch", daemon=True)
+        watcher.start()
+        self._threads.append(watcher)
+
+    # --- the loop -----------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> WorkerStats:
+        """Work until ``stop`` is set; return the counts."""
+        self._queues = self._build_queues()
+        logger.info(
+            "worker started worker_id=%s queues=%s concurrency=%d batch=%d",
+            self.worker_id,
+            ",".join(self.queue_names),
+            self.concurrency,
+            self.capacity,
+        )
+        self._start_threads()
+        next_sweep = time.monotonic()
+        try:
+            while not stop.is_set():
+                self._wake.clear()
+                try:
+                    self._settle()
+                    self._heartbeat()
+                    if time.monotonic() >= next_sweep:
+                        self._sweep()
+                        next_sweep = time.monotonic() + self.sweep_interval_s
+                    claimed, drained = self._fill()
+                    if claimed and not drained:
+                        continue
+                    if self.burst and drained and not self._held:
+                        break
+                    timeout = self._idle_timeout(drained)
+                    self._db_failures = 0
+                except DatabaseError as exc:
+                    self._database_down(exc)
+                    continue
+                # Sliced so a stop request is seen within STOP_CHECK_S.
+                self._wake.wait(min(timeout, STOP_CHECK_S))
+        finally:
+            self._shutdown()
+        return self.stats
+
+    def _idle_timeout(self, drained: bool) -> float:
+        timeout = self.poll_interval_s
+        now = time.monotonic()
+        for held in self._held.values():
+            timeout = min(timeout, max(held.next_heartbeat_at - now, 0.0))
+        if drained and len(self._held) < self.capacity:
+            due = self.store.dialect.next_due_at([q.name for q in self._queues])
+            if due is not None:
+                timeout = min(timeout, due)
+        return max(timeout, 0.0)
+
+    def _fill(self) -> tuple[int, bool]:
+        """Claim up to free capacity across the queues; return (claimed, all drained)."""
+        free = self.capacity - len(self._held)
+        # Claiming one job at a time would cost a round trip per job: wait for
+        # a quarter of the capacity to free up unless the worker is idle.
+        if free <= 0 or (self._held and free < max(1, self.capacity // 4)):
+            return 0, False
+        claimed = 0
+        drained = True
+        count = len(self._queues)
+        for offset in range(count):
+            q = self._queues[(self._rr + offset) % count]
+            want = self.capacity - len(self._held)
+            if want <= 0:
+                drained = False
+                break
+            handles = q.claim_batch(self.worker_id, want)
+            if len(handles) == want:
+                drained = False
+            now = time.monotonic()
+            func = self.handlers.get(q.name)
+            for handle in handles:
+                interval = handle.job.visibility_timeout_s * HEARTBEAT_FRACTION
+                held = Held(handle=handle, handler=func, next_heartbeat_at=now + interval)  # type: ignore[arg-type]
+                self._held[handle.job.id] = held
+                self._work.put(held)
+            claimed += len(handles)
+        self._rr += 1
+        return claimed, drained
+
+    # --- handler threads ------------------------------------------------------------
+
+    def _run_jobs(self) -> None:
+        while True:
+            held = self._work.get()
+            if held is None:
+                connections.close_all()
+                return
+            self._done.put(self._run_one(held))
+            self._wake.set()
+
+    def _run_one(self, held: Held) -> Outcome:
+        held.started_at = time.monotonic()
+        close_old_connections()
+        try:
+            value = held.handler(held.handle.job)
+            outcome = Outcome(held, "ack", value=value)
+        except Fail as exc:
+            outcome = Outcome(held, "fail", error=str(exc) or "failed")
+        except BaseException as exc:  # noqa: BLE001 - any escape from user code is a failed attempt
+            logger.error(
+                "handler raised id=%s queue=%s attempts=%s",
+                held.handle.job.id,
+                held.handle.job.queue,
+                held.handle.job.attempts,
+                exc_info=True,
+            )
+            outcome = Outcome(held, "retry", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            close_old_connections()
+        outcome.duration_ms = (time.monotonic() - held.started_at) * 1000
+        return outcome
+
+    def _watch(self) -> None:
+        watcher: Watcher | None = None
+        channels = [q.channel for q in self._queues]
+        while not self._halt.is_set():
+            try:
+                if watcher is None:
+                    watcher = open_watcher(self.store, channels, app_settings.listen_database)
+                if watcher.wait(1.0):
+                    self._wake.set()
+            except Exception:  # noqa: BLE001 - the poll safety net covers a broken watcher
+                logger.warning("wake-up watcher failed; relying on polling", exc_info=True)
+                if watcher is not None:
+                    watcher.close()
+                watcher = None
+                self._halt.wait(1.0)
+        if watcher is not None:
+            watcher.close()
+        connections.close_all()
+
+    # --- settling outcomes -------------------------------------------------------------
+
+    def _settle(self) -> None:
+        while True:
+            try:
+                self._unsettled.append(self._done.get_nowait())
+            except queue_module.Empty:
+                break
+        if self._unsettled:
+            pending, self._unsettled = self._unsettled, []
+            try:
+                self._apply(pending)
+            except BaseException:
+                # Nothing is dropped: what was not applied is tried again.
+                self._unsettled = pending + self._unsettled
+                raise
+        if time.monotonic() - self._last_flush >= OUTCOME_FLUSH_INTERVAL_S:
+            self._flush_counts()
+
+    def _apply(self, outcomes: list[Outcome]) -> None:
+        acks = [o for o in outcomes if o.kind == "ack"]
+        if acks:
+            self._apply_acks(acks)
+        for outcome in outcomes:
+            if outcome.kind != "ack":
+                self._apply_failure(outcome)
+            self._held.pop(outcome.held.handle.job.id, None)
+
+    def _apply_acks(self, acks: list[Outcome]) -> None:
+        dialect = self.store.dialect
+        fences = [(o.held.handle.job.id, o.held.handle.job.attempts) for o in acks]
+        hooked = [o for o in acks if hasattr(o.held.handler, "on_acked")]
+        if hooked:
+            # Results are written in the ack's own transaction: never lost, never doubled.
+            with transaction.atomic(using=self.store.using):
+                acked = set(dialect.ack_fenced(self.worker_id, fences))
+                for outcome in hooked:
+                    if outcome.held.handle.job.id in acked:
+                        outcome.held.handler.on_acked(outcome.held.handle.job, outcome.value)  # type: ignore[attr-defined]
+        else:
+            acked = set(dialect.ack_fenced(self.worker_id, fences))
+        for outcome in acks:
+            outcome.held.handle.mark_spent()
+            self._log(outcome, "acked" if outcome.held.handle.job.id in acked else "lost")
+
+    def _apply_failure(self, outcome: Outcome) -> None:
+        handle = outcome.held.handle
+        job = handle.job
+        exhausted = outcome.kind == "fail" or job.attempts >= job.max_attempts
+        hook = getattr(outcome.held.handler, "on_failed", None)
+        with transaction.atomic(using=self.store.using):
+            if outcome.kind == "fail":
+                applied = handle.fail(outcome.error)
+            else:
+                applied = handle.retry(outcome.error)
+            if applied and hook is not None:
+                hook(job, outcome.error, exhausted)
+        if not applied:
+            self._log(outcome, "lost")
+        else:
+            self._log(outcome, "dead" if exhausted else "retried")
+
+    def _log(self, outcome: Outcome, result: str) -> None:
+        job = outcome.held.handle.job
+        stats = self.stats
+        if result == "acked":
+            stats.acked += 1
+        elif result == "retried":
+            stats.retried += 1
+        elif result == "dead":
+            stats.dead += 1
+        else:
+            stats.lost += 1
+        self._counts[(job.queue, result)] += 1
+        level = logging.INFO if result in {"acked", "retried"} else logging.WARNING
+        logger.log(
+            level,
+            "job id=%s queue=%s outcome=%s attempts=%s duration_ms=%.1f%s",
+            job.id,
+            job.queue,
+            result,
+            job.attempts,
+            outcome.duration_ms,
+            f" error={outcome.error!r}" if outcome.error else "",
+        )
+
+    def _flush_counts(self) -> None:
+        self._last_flush = time.monotonic()
+        if not self._counts:
+            return
+        counts: dict[str, tuple[int, int, int]] = {}
+        for (queue, result), n in self._counts.items():
+            acked, retried, dead = counts.get(queue, (0, 0, 0))
+            if result == "acked":
+                acked += n
+            elif result == "retried":
+                retried += n
+            elif result == "dead":
+                dead += n
+            counts[queue] = (acked, retried, dead)
+        self._counts.clear()
+        from .outcomes import record_outcomes
+
+        record_outcomes(self.store.using, counts)
+
+    # --- keeping claims alive -------------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        for held in list(self._held.values()):
+            if held.next_heartbeat_at > now or held.handle.spent:
+                continue
+            vt = held.handle.job.visibility_timeout_s
+            held.next_heartbeat_at = now + vt * HEARTBEAT_FRACTION
+            if not held.handle.heartbeat(vt):
+                logger.warning(
+                    "claim lost id=%s queue=%s attempts=%s: another worker may run it",
+                    held.handle.job.id,
+                    held.handle.job.queue,
+                    held.handle.job.attempts,
+                )
+                # Stop renewing; the handler's outcome will be logged as lost.
+                held.next_heartbeat_at = float("inf")
+
+    def _sweep(self) -> None:
+        for q in self._queues:
+            result = q.sweep_expired()
+            if result.expired or result.purged:
+                logger.info(
+                    "swept queue=%s expired=%d purged=%d", q.name, result.expired, result.purged
+                )
+
+    def _database_down(self, exc: Exception) -> None:
+        self._db_failures += 1
+        delay = min(0.1 * 2**self._db_failures, DB_RETRY_MAX_S)
+        logger.error(
+            "database unavailable (attempt %d), retrying in %.1fs: %s",
+            self._db_failures,
+            delay,
+            exc,
+        )
+        connections[self.store.using].close()
+        self._halt.wait(delay)
+
+    # --- stopping ---------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        # Jobs not started yet go back at once; running ones get the grace period.
+        not_started = []
+        while True:
+            try:
+                item = self._work.get_nowait()
+            except queue_module.Empty:
+                break
+            if item is not None:
+                not_started.append(item)
+        for held in not_started:
+            self._release(held)
+        deadline = time.monotonic() + self.grace_s
+        while self._held and time.monotonic() < deadline:
+            try:
+                self._settle()
+                self._heartbeat()
+            except DatabaseError as exc:
+                self._database_down(exc)
+            self._wake.wait(min(0.1, max(deadline - time.monotonic(), 0.0)))
+            self._wake.clear()
+        for held in list(self._held.values()):
+            self._release(held)
+        try:
+            self._flush_counts()
+        except DatabaseError:
+            logger.warning("could not record outcome counts at shutdown", exc_info=True)
+        self._halt.set()
+        for _ in range(self.concurrency):
+            self._work.put(None)
+        # Handler threads still inside a job after the grace period are left
+        # behind (they are daemons); the watcher answers within a second.
+        for thread in self._threads:
+            thread.join(0.1 if thread.name.startswith("alkstore-job") else 2.0)
+        connections[self.store.using].close()
+        logger.info(
+            "worker stopped worker_id=%s acked=%d retried=%d dead=%d lost=%d released=%d",
+            self.worker_id,
+            self.stats.acked,
+            self.stats.retried,
+            self.stats.dead,
+            self.stats.lost,
+            self.stats.released,
+        )
+
+    def _release(self, held: Held) -> None:
+        self._held.pop(held.handle.job.id, None)
+        try:
+            released = held.handle.release()
+        except DatabaseError:
+            logger.warning("could not release id=%s; its claim will lapse", held.handle.job.id)
+            return
+        if released:
+            self.stats.released += 1
+            logger.info(
+                "job id=%s queue=%s outcome=released attempts=%s",
+                held.handle.job.id,
+                held.handle.job.queue,
+                held.handle.job.attempts - 1,
+            )

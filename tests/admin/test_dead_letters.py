@@ -1,0 +1,133 @@
+"""The dead-letter admin: list, detail, requeue and delete, and who may do what."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from alkstore_django.models import DeadJob, Job
+from tests.factories import DeadJobFactory
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST = "admin:alkstore_django_deadjob_changelist"
+
+
+def changelist_url() -> str:
+    return reverse(CHANGELIST)
+
+
+def post_action(client, action: str, ids: list[int], url: str | None = None):
+    data = {"action": action, "_selected_action": [str(i) for i in ids], "index": "0"}
+    return client.post(url or changelist_url(), data)
+
+
+def test_changelist__shows_queue_attempts_truncated_error_and_died_at(admin_client):
+    DeadJobFactory(queue="emails", attempts=5, last_error="E" * 300)
+    response = admin_client.get(changelist_url())
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "emails" in html
+    assert "E" * 79 + "…" in html
+    assert "E" * 300 not in html
+    assert "Queue overview" in html
+
+
+def test_changelist__filters_by_queue_and_died_at(admin_client):
+    DeadJobFactory(queue="a", last_error="in a")
+    DeadJobFactory(queue="b", last_error="in b", died_at=timezone.now() - timedelta(days=30))
+    response = admin_client.get(changelist_url(), {"queue": "a"})
+    assert list(response.context["cl"].result_list.values_list("queue", flat=True)) == ["a"]
+    since = str(timezone.now() - timedelta(days=7))  # the filter's own "past 7 days" form
+    response = admin_client.get(changelist_url(), {"died_at__gte": since})
+    assert list(response.context["cl"].result_list.values_list("queue", flat=True)) == ["a"]
+
+
+def test_changelist__searches_error_text_and_exact_id(admin_client):
+    timeout = DeadJobFactory(last_error="TimeoutError: smtp")
+    other = DeadJobFactory(last_error="KeyError: 'x'")
+    response = admin_client.get(changelist_url(), {"q": "smtp"})
+    assert [d.id for d in response.context["cl"].result_list] == [timeout.id]
+    response = admin_client.get(changelist_url(), {"q": str(other.id)})
+    assert [d.id for d in response.context["cl"].result_list] == [other.id]
+
+
+def test_detail__pretty_prints_payload_and_shows_full_error_read_only(admin_client):
+    dead = DeadJobFactory(payload={"to": "a@example.com", "n": [1, 2]}, last_error="line1\nline2")
+    url = reverse("admin:alkstore_django_deadjob_change", args=[dead.id])
+    response = admin_client.get(url)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert '&quot;to&quot;: &quot;a@example.com&quot;' in html
+    assert "line1\nline2" in html
+    assert 'name="_save"' not in html
+
+
+def test_detail__escapes_html_in_payload_and_error(admin_client):
+    dead = DeadJobFactory(
+        payload={"body": "<script>alert(1)</script>"}, last_error="<img src=x onerror=alert(2)>"
+    )
+    html = admin_client.get(reverse("admin:alkstore_django_deadjob_change", args=[dead.id]))
+    html = html.content.decode()
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<img src=x" not in html
+    listing = admin_client.get(changelist_url()).content.decode()
+    assert "<img src=x" not in listing
+
+
+def test_requeue_action__moves_rows_back_pending_with_same_id(admin_client):
+    dead = DeadJobFactory(queue="emails", attempts=3, last_error="boom")
+    kept = DeadJobFactory(queue="emails")
+    response = post_action(admin_client, "requeue", [dead.id])
+    assert response.status_code == 302
+    job = Job.objects.get(id=dead.id)
+    assert (job.queue, job.state, job.attempts, job.last_error) == ("emails", "pending", 0, "boom")
+    assert job.payload == dead.payload
+    assert not DeadJob.objects.filter(id=dead.id).exists()
+    assert DeadJob.objects.filter(id=kept.id).exists()
+    messages = [str(m) for m in response.wsgi_request._messages]
+    assert messages == ["Requeued 1 dead letter(s): pending, due now."]
+
+
+def test_delete_action__deletes_selected_rows(admin_client):
+    doomed = DeadJobFactory.create_batch(3)
+    kept = DeadJobFactory()
+    post_action(admin_client, "delete_selected", [d.id for d in doomed])
+    assert list(DeadJob.objects.values_list("id", flat=True)) == [kept.id]
+    assert not Job.objects.exists()
+
+
+def test_staff_without_requeue_permission__action_absent_and_forged_post_refused(staff_client):
+    client = staff_client("view_deadjob", "delete_deadjob")
+    dead = DeadJobFactory()
+    response = client.get(changelist_url())
+    assert response.status_code == 200
+    choices = [name for name, _ in response.context["action_form"].fields["action"].choices]
+    assert "requeue" not in choices
+    assert "delete_selected" in choices
+    response = post_action(client, "requeue", [dead.id])
+    assert response.status_code == 302
+    assert DeadJob.objects.filter(id=dead.id).exists()
+    assert not Job.objects.filter(id=dead.id).exists()
+
+
+def test_staff_with_requeue_permission__may_requeue_but_not_delete(staff_client):
+    client = staff_client("view_deadjob", "requeue_deadjob")
+    dead = DeadJobFactory()
+    response = client.get(changelist_url())
+    choices = [name for name, _ in response.context["action_form"].fields["action"].choices]
+    assert "requeue" in choices
+    assert "delete_selected" not in choices
+    post_action(client, "delete_selected", [dead.id])
+    assert DeadJob.objects.filter(id=dead.id).exists()
+    post_action(client, "requeue", [dead.id])
+    assert Job.objects.filter(id=dead.id, state="pending").exists()
+
+
+def test_staff_without_view_permission__cannot_see_dead_letters(staff_client):
+    client = staff_client()
+    assert client.get(changelist_url()).status_code == 403

@@ -1,0 +1,110 @@
+"""``manage.py runscheduler``: failover between processes, clean stops, bad input."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db.models.functions import Now
+
+from alkstore_django import store
+from alkstore_django.models import Job, Lock
+from alkstore_django.scheduler import LEADER_LOCK, LEADER_TTL_S
+from tests.conftest import ROOT
+
+
+def wait_for(predicate, timeout_s: float, interval_s: float = 0.05):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    return predicate()
+
+
+def leader_pid() -> int | None:
+    """Return the pid in the live leader's owner token (host:pid:random), or None."""
+    row = Lock.objects.filter(name=LEADER_LOCK, expires_at__gt=Now()).first()
+    return int(row.owner.rsplit(":", 2)[1]) if row else None
+
+
+def fired_after(job_id: int) -> bool:
+    return Job.objects.filter(queue="beats", id__gt=job_id).exists()
+
+
+def last_job_id() -> int:
+    return (
+        Job.objects.filter(queue="beats").order_by("-id").values_list("id", flat=True).first() or 0
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runscheduler__fails_over_on_sigkill_and_releases_on_sigterm(
+    subprocess_env, python, tmp_path
+):
+    store.schedule("beat", "@every 1s", "beats")
+    procs = {}
+    for i in range(3):
+        log = (tmp_path / f"scheduler-{i}.log").open("w")
+        proc = subprocess.Popen(
+            [python, "-m", "django", "runscheduler", "--standby-interval", "0.5"],
+            env=subprocess_env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        procs[proc.pid] = proc
+    try:
+        first = wait_for(leader_pid, 15)
+        assert first in procs, "no runscheduler took leadership"
+        assert wait_for(lambda: fired_after(0), 5), "the leader did not fire"
+
+        # SIGTERM: the leader releases at once and exits 0; a standby takes
+        # over within its retry interval, long before the 10 s lease would lapse.
+        stopped_at = time.monotonic()
+        procs[first].send_signal(signal.SIGTERM)
+        assert procs[first].wait(timeout=5) == 0
+        second = wait_for(lambda: (pid := leader_pid()) not in (None, first) and pid, 5)
+        assert second in procs
+        assert time.monotonic() - stopped_at < 3.0
+
+        # SIGKILL: nothing is released; the last standby fires the next boundary
+        # once the lease lapses: within the TTL and a few seconds.
+        assert wait_for(lambda: fired_after(0) and leader_pid() == second, 5)
+        procs[second].kill()
+        procs[second].wait(timeout=5)
+        killed_at = time.monotonic()
+        before = last_job_id()
+        assert wait_for(lambda: fired_after(before), LEADER_TTL_S + 5), "no failover"
+        assert time.monotonic() - killed_at < LEADER_TTL_S + 5
+        (third,) = set(procs) - {first, second}
+        assert leader_pid() == third
+
+        procs[third].send_signal(signal.SIGTERM)
+        assert procs[third].wait(timeout=5) == 0
+        assert leader_pid() is None
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=5)
+    logs = "".join(p.read_text() for p in tmp_path.glob("scheduler-*.log"))
+    assert "scheduler standing by" in logs
+    assert "scheduler released leadership" in logs
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--standby-interval", "0"], "--standby-interval"),
+        (["--standby-interval", "nan"], "--standby-interval"),
+        (["--database", "nope"], "'nope'"),
+    ],
+)
+def test_runscheduler__refuses_bad_input(args, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("runscheduler", *args)

@@ -1,0 +1,169 @@
+"""``manage.py runworker`` as users run it: a real subprocess on the test database."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from alkstore_django import store
+from alkstore_django.models import DeadJob, Job
+from tests.conftest import postgres_only
+from tests.testapp.models import Run
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
+
+
+def runworker(env, *args, wait=True, timeout=60):
+    cmd = [sys.executable, "-m", "django", "runworker", "--settings", "tests.settings", *args]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    if wait:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    return proc
+
+
+def wait_for(predicate, timeout=20.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def test_runworker__processes_200_jobs_exactly_once(subprocess_env):
+    ids = store.queue("t.record").enqueue_many(list(range(200)))
+    code, out = runworker(subprocess_env, "--queue", "t.record", "--burst", "--concurrency", "4")
+    assert code == 0, out
+    runs = list(Run.objects.values_list("job_id", flat=True))
+    assert sorted(runs) == ids  # each exactly once
+    assert not Job.objects.exists()
+    assert out.count("outcome=acked") == 200
+
+
+def test_runworker__retries_a_raising_handler_then_dead_letters_it(subprocess_env):
+    job_id = store.queue("t.raise", max_attempts=2, retry_base_s=0).enqueue("p")
+    for _ in range(2):
+        code, out = runworker(subprocess_env, "--queue", "t.raise", "--burst")
+        assert code == 0, out
+    dead = DeadJob.objects.get(id=job_id)
+    assert (dead.attempts, dead.last_error) == (2, "ValueError: boom p")
+    assert Run.objects.filter(job_id=job_id).count() == 2
+
+
+def test_runworker__fail_dead_letters_at_once(subprocess_env):
+    job_id = store.queue("t.fail").enqueue("p")
+    code, out = runworker(subprocess_env, "--queue", "t.fail", "--burst")
+    assert code == 0, out
+    assert "outcome=dead" in out
+    assert DeadJob.objects.get(id=job_id).last_error == "refused: bad input"
+
+
+def test_sigterm__lets_the_running_job_finish_and_exits_0(subprocess_env):
+    job_id = store.queue("t.slow").enqueue({"sleep_s": 1.5})
+    proc = runworker(subprocess_env, "--queue", "t.slow", wait=False)
+    assert wait_for(lambda: Run.objects.filter(job_id=job_id).exists())
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert "outcome=acked" in out
+    assert store.get_job(job_id) is None
+
+
+def test_second_sigterm__exits_at_once_and_another_worker_reclaims_later(subprocess_env):
+    job_id = store.queue("t.slow", visibility_timeout_s=1).enqueue({"sleep_s": 30})
+    proc = runworker(subprocess_env, "--queue", "t.slow", wait=False)
+    assert wait_for(lambda: Run.objects.filter(job_id=job_id).exists())
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=10)
+    assert time.monotonic() - started < 5
+    assert proc.returncode != 0
+    assert store.get_job(job_id).state == "processing"  # held until the claim lapses
+    # Another worker reclaims it once the visibility timeout passes.
+    Job.objects.filter(id=job_id).update(payload={"sleep_s": 0})
+    handle = None
+
+    def reclaim():
+        nonlocal handle
+        handle = store.queue("t.slow").claim_one("rescuer")
+        return handle is not None
+
+    assert wait_for(reclaim, timeout=10)
+    assert handle.job.id == job_id
+    assert handle.job.attempts == 2
+
+
+def test_sigkill__held_claims_are_reclaimed_after_the_visibility_timeout(subprocess_env):
+    ids = store.queue("t.slow", visibility_timeout_s=1).enqueue_many([{"sleep_s": 30}] * 3)
+    proc = runworker(subprocess_env, "--queue", "t.slow", "--concurrency", "3", wait=False)
+    assert wait_for(lambda: Run.objects.count() == 3)
+    proc.kill()
+    proc.communicate(timeout=10)
+    Job.objects.update(payload={"sleep_s": 0})
+    # A burst worker started before the claims lapse finds nothing; run until all are done.
+    assert wait_for(
+        lambda: (
+            runworker(subprocess_env, "--queue", "t.slow", "--burst")[0] == 0
+            and not Job.objects.exists()
+        ),
+        timeout=30,
+    )
+    assert sorted(Run.objects.filter(attempt=2).values_list("job_id", flat=True)) == ids
+    assert not DeadJob.objects.exists()
+
+
+@postgres_only
+def test_lost_notification__is_covered_by_the_poll_and_the_listener_reconnects(subprocess_env):
+    proc = runworker(subprocess_env, "--queue", "t.record", wait=False)
+    try:
+        with connection.cursor() as cursor:
+
+            def listener_pids():
+                cursor.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %%' "
+                    "AND datname = current_database()"
+                )
+                return [row[0] for row in cursor.fetchall()]
+
+            assert wait_for(lambda: listener_pids())
+            old = listener_pids()
+            for pid in old:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+            job_id = store.queue("t.record").enqueue("after the drop")
+            # POLL_INTERVAL_S is 1 s in the test settings.
+            assert wait_for(lambda: Run.objects.filter(job_id=job_id).exists(), timeout=5)
+            assert wait_for(lambda: listener_pids() and listener_pids() != old, timeout=5)
+            started = time.monotonic()
+            job_id = store.queue("t.record").enqueue("after the reconnect")
+            assert wait_for(lambda: Run.objects.filter(job_id=job_id).exists(), timeout=5)
+            assert time.monotonic() - started < 1.0  # woken by NOTIFY again, not the poll
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert "listener reconnected" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--queue", "nope"], "No handler for 'nope'"),
+        (["--concurrency", "0"], "expected a positive integer"),
+        (["--batch", "x"], "expected a positive integer"),
+        (["--grace-s", "-1"], "expected a number of seconds"),
+    ],
+)
+def test_bad_arguments__raise_command_error(args, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("runworker", *args)

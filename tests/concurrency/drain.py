@@ -1,0 +1,43 @@
+"""A worker process for the exactly-once tests: drain one queue, print what it acked.
+
+Usage: python -m tests.concurrency.drain QUEUE WORKER_ID GO_FILE
+It waits for GO_FILE to exist (so every process starts racing at once), then
+claims in small batches and acks each job until a claim comes back empty, and
+prints one JSON line: {"acked": [...], "refused": [...]}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+def main() -> None:
+    queue_name, worker_id, go_file = sys.argv[1:4]
+    import django
+
+    django.setup()
+    from alkstore_django import store
+
+    open(f"{go_file}.ready-{worker_id}", "w").close()  # noqa: SIM115
+    deadline = time.monotonic() + 30
+    while not os.path.exists(go_file):
+        if time.monotonic() > deadline:
+            raise SystemExit("never told to go")
+        time.sleep(0.01)
+    queue = store.queue(queue_name)
+    acked: list[int] = []
+    refused: list[int] = []
+    while True:
+        handles = queue.claim_batch(worker_id, 3)
+        if not handles:
+            break
+        for handle in handles:
+            (acked if handle.ack() else refused).append(handle.job.id)
+    print(json.dumps({"acked": acked, "refused": refused}))
+
+
+if __name__ == "__main__":
+    main()

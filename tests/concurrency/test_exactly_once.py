@@ -1,0 +1,176 @@
+"""Exactly-once under real concurrency: threads and processes on their own connections."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from collections import Counter
+
+import pytest
+from django.db import connections, transaction
+
+from alkstore_django import store
+from alkstore_django.models import Job
+from tests.conftest import ROOT, postgres_only, sqlite_only
+from tests.helpers import live_count
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
+
+
+def run_threads(count, target):
+    """Run ``target(index)`` in ``count`` threads, each on its own connection; re-raise."""
+    errors: list[BaseException] = []
+    results: list = [None] * count
+
+    def body(index):
+        try:
+            results[index] = target(index)
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    if errors:
+        raise errors[0]
+    return results
+
+
+def test_claim_one__two_sessions_racing_for_one_row_get_it_once():
+    q = store.queue("race")
+    for _ in range(15):
+        job_id = q.enqueue({})
+        barrier = threading.Barrier(2)
+
+        def claim(index, barrier=barrier):
+            barrier.wait()
+            handle = store.queue("race").claim_one(f"w{index}")
+            return None if handle is None else handle.job.id
+
+        results = run_threads(2, claim)
+        assert sorted(results, key=lambda r: r is None) == [job_id, None]
+        assert Job.objects.get(id=job_id).attempts == 1
+        q.ack_batch([job_id])
+
+
+def drain(queue_name, worker_id, batch):
+    q = store.queue(queue_name)
+    acked = []
+    while True:
+        handles = q.claim_batch(worker_id, batch)
+        if not handles:
+            return acked
+        for handle in handles:
+            assert handle.ack() is True
+            acked.append(handle.job.id)
+
+
+def test_claim_batch__six_threads_drain_240_jobs_with_no_double_claim_and_no_loss():
+    ids = store.queue("drain").enqueue_many([{"n": n} for n in range(240)])
+    barrier = threading.Barrier(6)
+
+    def worker(index):
+        barrier.wait()
+        return drain("drain", f"thread-{index}", 4)
+
+    per_thread = run_threads(6, worker)
+    acked = [job_id for chunk in per_thread for job_id in chunk]
+    assert Counter(acked).most_common(1)[0][1] == 1
+    assert sorted(acked) == sorted(ids)
+    assert sum(1 for chunk in per_thread if chunk) >= 2
+    assert live_count() == 0
+
+
+def test_claim_batch__three_processes_drain_one_queue_exactly_once(
+    subprocess_env, python, tmp_path
+):
+    ids = store.queue("procs").enqueue_many([{"n": n} for n in range(300)])
+    connections.close_all()
+    go_file = tmp_path / "go"
+    children = [
+        subprocess.Popen(
+            [
+                python,
+                "-m",
+                "tests.concurrency.drain",
+                "procs",
+                f"proc-{i}",
+                str(go_file),
+            ],
+            cwd=ROOT,
+            env=subprocess_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(3)
+    ]
+    deadline = time.monotonic() + 30
+    while len(list(tmp_path.glob("go.ready-*"))) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    go_file.touch()
+    outputs = [child.communicate(timeout=60) for child in children]
+    for child, (_, err) in zip(children, outputs, strict=True):
+        assert "database is locked" not in err
+        assert child.returncode == 0, err
+    reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    acked = [job_id for report in reports for job_id in report["acked"]]
+    assert [report["refused"] for report in reports] == [[], [], []]
+    assert Counter(acked).most_common(1)[0][1] == 1
+    assert sorted(acked) == sorted(ids)
+    assert sum(1 for report in reports if report["acked"]) >= 2
+    assert live_count() == 0
+
+
+@postgres_only
+def test_claim_one__skips_rows_locked_by_another_session():
+    q = store.queue("locked")
+    first, second = q.enqueue_many(["first", "second"])
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_lock(_):
+        with transaction.atomic():
+            Job.objects.select_for_update().get(id=first)
+            locked.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=lambda: run_threads(1, hold_lock))
+    holder.start()
+    assert locked.wait(10)
+    started = time.monotonic()
+    handle = q.claim_one("w")
+    assert handle.job.id == second
+    assert time.monotonic() - started < 2
+    release.set()
+    holder.join(10)
+    assert q.claim_one("w").job.id == first
+
+
+@sqlite_only
+def test_claim_one__waits_for_another_sessions_write_lock_instead_of_failing():
+    # SQLite has no row locks: a claim waits (busy timeout) for the writer, then runs.
+    q = store.queue("locked")
+    job_id = q.enqueue({})
+    locked, done = threading.Event(), threading.Event()
+
+    def hold_write_lock(_):
+        with transaction.atomic():
+            store.queue("other").enqueue({})
+            locked.set()
+            time.sleep(0.5)
+        done.set()
+
+    holder = threading.Thread(target=lambda: run_threads(1, hold_write_lock))
+    holder.start()
+    assert locked.wait(10)
+    handle = q.claim_one("w")
+    assert done.is_set()
+    assert handle.job.id == job_id
+    holder.join(10)

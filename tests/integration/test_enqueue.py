@@ -1,0 +1,177 @@
+"""Enqueue: resolved stamps, one clock read, delay over run_at, transactions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import transaction
+from django.test import override_settings
+
+from alkstore_django import store
+from alkstore_django.models import Job
+from tests.helpers import db_now, live_count
+from tests.testapp.models import Order
+
+pytestmark = pytest.mark.django_db
+
+
+def test_enqueue__returns_increasing_ids_and_the_payload_round_trips():
+    payloads = [{"a": 1, "nested": [1, 2.5, None, True]}, "text", 7, None, ["é", {"k": "v"}]]
+    q = store.queue("roundtrip")
+    ids = [q.enqueue(p) for p in payloads]
+    assert ids == sorted(ids)
+    assert [store.get_job(i).payload for i in ids] == payloads
+
+
+def test_enqueue_many__returns_ids_in_payload_order_with_every_payload_equal():
+    payloads = [{"n": n} for n in range(25)]
+    ids = store.queue("many").enqueue_many(payloads)
+    assert ids == sorted(ids) and len(set(ids)) == 25
+    assert [store.get_job(i).payload for i in ids] == payloads
+
+
+def test_enqueue_many__of_nothing_writes_nothing():
+    assert store.queue("many").enqueue_many([]) == []
+    assert live_count() == 0
+
+
+def test_enqueue__without_delay_stamps_run_at_equal_to_enqueued_at():
+    job = store.get_job(store.queue("clock").enqueue({}))
+    assert job.run_at == job.enqueued_at
+    assert job.state == "pending" and job.attempts == 0 and job.worker_id is None
+
+
+def test_enqueue__reads_the_clock_once_for_delay_and_expiry():
+    job = store.get_job(store.queue("clock").enqueue({}, delay_s=10, expires_s=60))
+    assert job.run_at - job.enqueued_at == timedelta(seconds=10)
+    assert job.expires_at - job.enqueued_at == timedelta(seconds=60)
+
+
+def test_enqueue__expiry_is_relative_to_the_clock_read_not_to_run_at():
+    job = store.get_job(store.queue("clock").enqueue({}, expires_s=60))
+    assert job.expires_at - job.run_at == timedelta(seconds=60)
+
+
+def test_enqueue__uses_the_database_clock_for_enqueued_at():
+    before = db_now()
+    job = store.get_job(store.queue("clock").enqueue({}))
+    after = db_now()
+    assert before - timedelta(milliseconds=2) <= job.enqueued_at <= after + timedelta(
+        milliseconds=2
+    )
+
+
+def test_enqueue__delay_s_wins_over_run_at():
+    far = datetime(2099, 1, 1, tzinfo=UTC)
+    job = store.get_job(store.queue("clock").enqueue({}, delay_s=0, run_at=far))
+    assert job.run_at == job.enqueued_at
+
+
+def test_enqueue__run_at_is_stored_as_given():
+    at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    job = store.get_job(store.queue("clock").enqueue({}, run_at=at))
+    assert job.run_at == at
+
+
+def test_enqueue__run_at_in_another_zone_is_the_same_instant():
+    at = datetime(2031, 5, 6, 9, 8, 9, tzinfo=UTC).astimezone(
+        datetime.now(UTC).astimezone().tzinfo
+    )
+    job = store.get_job(store.queue("clock").enqueue({}, run_at=at))
+    assert job.run_at == at
+
+
+def test_job_record__shows_the_resolved_stamps_of_the_handle():
+    q = store.queue(
+        "stamped",
+        visibility_timeout_s=42,
+        max_attempts=7,
+        retry_base_s=3,
+        priority=5,
+        expires_s=100,
+    )
+    job = store.get_job(q.enqueue({"x": 1}))
+    assert (job.visibility_timeout_s, job.max_attempts, job.retry_base_s, job.priority) == (
+        42,
+        7,
+        3,
+        5,
+    )
+    assert job.expires_at - job.enqueued_at == timedelta(seconds=100)
+    assert job.queue == "stamped" and job.died_at is None
+
+
+def test_job_record__engine_defaults_for_a_plain_queue():
+    job = store.get_job(store.queue("plain").enqueue({}))
+    assert (job.visibility_timeout_s, job.max_attempts, job.retry_base_s, job.priority) == (
+        300,
+        3,
+        5,
+        0,
+    )
+    assert job.expires_at is None
+
+
+def test_enqueue__max_attempts_and_priority_override_one_job_only():
+    q = store.queue("override", max_attempts=4, priority=1)
+    special = store.get_job(q.enqueue({}, max_attempts=9, priority=-3))
+    normal = store.get_job(q.enqueue({}))
+    assert (special.max_attempts, special.priority) == (9, -3)
+    assert (normal.max_attempts, normal.priority) == (4, 1)
+
+
+@override_settings(
+    ALKSTORE={"QUEUES": {"emails": {"visibility_timeout_s": 30, "max_attempts": 5}}}
+)
+def test_queue__derives_its_defaults_from_the_queues_setting():
+    emails = store.get_job(store.queue("emails").enqueue({}))
+    other = store.get_job(store.queue("other").enqueue({}))
+    assert (emails.visibility_timeout_s, emails.max_attempts, emails.retry_base_s) == (30, 5, 5)
+    assert (other.visibility_timeout_s, other.max_attempts) == (300, 3)
+
+
+@override_settings(ALKSTORE={"QUEUES": {"emails": {"visibility_timeout_s": 30}}})
+def test_queue__handle_opts_win_over_derived_defaults():
+    job = store.get_job(store.queue("emails", visibility_timeout_s=90).enqueue({}))
+    assert job.visibility_timeout_s == 90
+
+
+def test_queue__opts_are_resolved_once_at_construction():
+    q = store.queue("once")
+    with override_settings(ALKSTORE={"QUEUES": {"once": {"max_attempts": 8}}}):
+        job = store.get_job(q.enqueue({}))
+    assert job.max_attempts == 3
+
+
+def test_enqueue__rollback_drops_the_job():
+    q = store.queue("tx")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        job_id = q.enqueue({"n": 1})
+        assert store.get_job(job_id) is not None
+        raise RuntimeError("business write failed")
+    assert store.get_job(job_id) is None
+    assert live_count("tx") == 0
+
+
+def test_enqueue__inside_atomic_commits_or_rolls_back_with_the_business_write():
+    q = store.queue("tx")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Order.objects.create(reference="lost")
+        q.enqueue({"order": "lost"})
+        raise RuntimeError("abort")
+    with transaction.atomic():
+        Order.objects.create(reference="kept")
+        kept = q.enqueue({"order": "kept"})
+    assert list(Order.objects.values_list("reference", flat=True)) == ["kept"]
+    assert list(Job.objects.filter(queue="tx").values_list("id", flat=True)) == [kept]
+
+
+def test_enqueue_many__rollback_of_a_savepoint_drops_only_its_jobs():
+    q = store.queue("tx")
+    with transaction.atomic():
+        first = q.enqueue_many([1, 2])
+        with pytest.raises(RuntimeError), transaction.atomic():
+            q.enqueue_many([3, 4])
+            raise RuntimeError("inner")
+    assert sorted(Job.objects.filter(queue="tx").values_list("id", flat=True)) == first

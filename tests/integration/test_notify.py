@@ -1,0 +1,104 @@
+"""Wake-ups: delivered on commit, never on rollback, over a second connection.
+
+PostgreSQL delivers ``NOTIFY`` to a ``LISTEN`` connection; SQLite has no
+NOTIFY, so ``store.notify`` writes a ``ChannelMessage`` row and a queue's
+wake-up is the file's ``PRAGMA data_version`` changing. Each engine's test
+pins its own mechanism; the ``store.listen`` tests run on both.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection, transaction
+
+from alkstore_django import store
+from alkstore_django.notify import open_watcher
+from alkstore_django.queues import channel_for
+from tests.conftest import postgres_only, sqlite_only
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUIET_S = 0.3
+WAIT_S = 5.0
+
+
+@pytest.fixture
+def queue_watcher():
+    watcher = open_watcher(store, [channel_for("woken")])
+    yield watcher
+    watcher.close()
+
+
+@postgres_only
+def test_enqueue__notifies_the_queue_channel_only_on_commit(queue_watcher):
+    q = store.queue("woken")
+    assert queue_watcher.receive(0) == []
+    with pytest.raises(RuntimeError), transaction.atomic():
+        q.enqueue({})
+        raise RuntimeError("rollback")
+    assert queue_watcher.receive(QUIET_S) == []
+    with transaction.atomic():
+        q.enqueue({})
+        # Not yet: the notification travels with the commit.
+        assert queue_watcher.receive(QUIET_S) == []
+    assert queue_watcher.receive(WAIT_S) == [(channel_for("woken"), "")]
+
+
+@postgres_only
+def test_enqueue__outside_a_transaction_notifies_at_once(queue_watcher):
+    store.queue("woken").enqueue_many([1, 2, 3])
+    assert queue_watcher.receive(WAIT_S) == [(channel_for("woken"), "")]
+
+
+@postgres_only
+def test_enqueue__on_another_queue_does_not_notify(queue_watcher):
+    store.queue("elsewhere").enqueue({})
+    assert queue_watcher.receive(QUIET_S) == []
+
+
+@sqlite_only
+def test_enqueue__changes_the_watched_file_only_on_commit(queue_watcher):
+    q = store.queue("woken")
+    connection.ensure_connection()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        q.enqueue({})
+        raise RuntimeError("rollback")
+    assert queue_watcher.wait(QUIET_S) is False
+    with transaction.atomic():
+        q.enqueue({})
+        assert queue_watcher.wait(QUIET_S) is False
+    assert queue_watcher.wait(WAIT_S) is True
+
+
+def test_listen__receives_a_notify_sent_on_commit():
+    listener = store.listen(["odd 'chan' ✓"], WAIT_S)
+    with transaction.atomic():
+        store.notify("odd 'chan' ✓", "hello")
+    note = next(listener)
+    assert (note.channel, note.payload) == ("odd 'chan' ✓", "hello")
+    listener.close()
+
+
+def test_listen__does_not_receive_a_rolled_back_notify():
+    listener = store.listen(["events"], QUIET_S)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        store.notify("events", "lost")
+        raise RuntimeError("rollback")
+    assert list(listener) == []
+
+
+def test_listen__ignores_other_channels_and_handles_long_names():
+    long_name = "x" * 200
+    listener = store.listen([long_name], WAIT_S)
+    store.notify("unrelated", "no")
+    store.notify(long_name, "yes")
+    note = next(listener)
+    assert (note.channel, note.payload) == (long_name, "yes")
+    listener.close()
+
+
+def test_channel_for__fits_postgres_identifiers_for_any_name():
+    names = ["a", "x" * 200, "é" * 200, "quote\"d'", "sp ace", "__alkstore_outbox:x"]
+    channels = {channel_for(name) for name in names}
+    assert len(channels) == len(names)
+    assert all(len(c.encode()) <= 63 and c.isascii() and c.isidentifier() for c in channels)

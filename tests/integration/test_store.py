@@ -1,0 +1,108 @@
+"""The Store facade: aliases, close(), and the settings checks."""
+
+from __future__ import annotations
+
+import pytest
+from django.core import checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import override_settings
+
+from alkstore_django import Store, store
+from alkstore_django.errors import StoreClosed
+from tests.helpers import dead_count, live_count
+
+pytestmark = pytest.mark.django_db
+
+
+def test_store__using_an_alias_reads_and_writes_that_database():
+    mine = Store(using="default")
+    job_id = mine.queue("aliased").enqueue({"a": 1})
+    assert mine.using == "default"
+    assert store.get_job(job_id).payload == {"a": 1}
+    assert mine.queue("aliased").claim_one("w").job.id == job_id
+
+
+@override_settings(ALKSTORE={"DATABASE": "default"})
+def test_store__default_proxy_follows_the_database_setting():
+    assert store.using == "default"
+
+
+def test_store__close_refuses_every_later_operation():
+    closing = Store(using="default")
+    q = closing.queue("closing")
+    q.enqueue_many([1, 2, 3])
+    handles = q.claim_batch("w", 3)
+    closing.close()
+    operations = {
+        "queue": lambda: closing.queue("other"),
+        "get_job": lambda: closing.get_job(handles[0].job.id),
+        "notify": lambda: closing.notify("chan", "x"),
+        "listen": lambda: closing.listen(["chan"], 0.01),
+        "enqueue": lambda: q.enqueue({}),
+        "enqueue_many": lambda: q.enqueue_many([{}]),
+        "claim_one": lambda: q.claim_one("w"),
+        "claim_batch": lambda: q.claim_batch("w", 1),
+        "ack_batch": lambda: q.ack_batch([handles[0].job.id]),
+        "cancel": lambda: q.cancel(handles[0].job.id),
+        "sweep_expired": lambda: q.sweep_expired(),
+        "stats": lambda: q.stats(),
+        "ack": lambda: handles[0].ack(),
+        "retry": lambda: handles[0].retry(),
+        "fail": lambda: handles[0].fail(),
+        "heartbeat": lambda: handles[0].heartbeat(60),
+        "release": lambda: handles[0].release(),
+    }
+    for name, operation in operations.items():
+        with pytest.raises(StoreClosed, match="closed"):
+            operation()
+        assert live_count("closing") == 3, name
+    assert dead_count() == 0
+    assert all(store.get_job(h.job.id).state == "processing" for h in handles)
+
+
+def test_store__close_leaves_the_shared_default_store_open():
+    Store(using="default").close()
+    assert store.queue("still").enqueue({}) > 0
+
+
+def messages(**alkstore):
+    with override_settings(ALKSTORE=alkstore):
+        return [m for m in checks.run_checks() if m.id and m.id.startswith("alkstore.")]
+
+
+def test_checks__pass_for_a_good_configuration():
+    assert messages(
+        DATABASE="default",
+        QUEUES={"emails": {"visibility_timeout_s": 30, "max_attempts": 5}},
+        POLL_INTERVAL_S=2.5,
+        MAX_PAYLOAD_BYTES=1024,
+    ) == []
+
+
+@pytest.mark.parametrize(
+    ("alkstore", "shown", "check_id"),
+    [
+        ({"QUEUS": {}}, "'QUEUS'", "alkstore.E001"),
+        ({"DATABASE": "nope"}, "ALKSTORE['DATABASE'] is 'nope'", "alkstore.E002"),
+        ({"QUEUES": []}, "ALKSTORE['QUEUES']", "alkstore.E003"),
+        ({"QUEUES": {"q": {"max_attempts": 0}}}, "ALKSTORE['QUEUES']['q']", "alkstore.E003"),
+        ({"QUEUES": {"q": {"colour": "red"}}}, "'colour'", "alkstore.E003"),
+        ({"QUEUES": {"__alkstore_x": {}}}, "'__alkstore_x'", "alkstore.E003"),
+        ({"QUEUES": {"q": 5}}, "ALKSTORE['QUEUES']['q']", "alkstore.E003"),
+        ({"POLL_INTERVAL_S": -1}, "ALKSTORE['POLL_INTERVAL_S']", "alkstore.E004"),
+        ({"POLL_INTERVAL_S": True}, "ALKSTORE['POLL_INTERVAL_S']", "alkstore.E004"),
+        ({"MAX_PAYLOAD_BYTES": "1MB"}, "ALKSTORE['MAX_PAYLOAD_BYTES']", "alkstore.E005"),
+    ],
+)
+def test_checks__name_the_bad_key(alkstore, shown, check_id):
+    found = messages(**alkstore)
+    assert [m.id for m in found] == [check_id]
+    assert shown in found[0].msg
+
+
+def test_check_command__fails_naming_the_bad_key():
+    with override_settings(ALKSTORE={"MAX_PAYLOAD_BYTES": -1}), pytest.raises(
+        SystemCheckError, match="MAX_PAYLOAD_BYTES"
+    ):
+        call_command("check")

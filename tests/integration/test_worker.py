@@ -1,0 +1,153 @@
+"""The worker loop driven in-process: ``Worker(...).run(stop)``."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from alkstore_django import store
+from alkstore_django.errors import InvalidArgument
+from alkstore_django.handlers import HandlerRegistry
+from alkstore_django.models import DeadJob, Job
+from alkstore_django.worker import Worker
+from tests.testapp.models import Run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_burst(queues, **kwargs):
+    kwargs.setdefault("poll_interval_s", 0.2)
+    return Worker(queues, burst=True, **kwargs).run(threading.Event())
+
+
+def test_burst__runs_every_due_job_exactly_once():
+    ids = store.queue("t.record").enqueue_many([{"n": i} for i in range(50)])
+    stats = run_burst(["t.record"], concurrency=3, batch=8)
+    assert stats.acked == 50
+    assert sorted(Run.objects.values_list("job_id", flat=True)) == ids
+    assert not Job.objects.exists()
+
+
+def test_raising_handler__is_retried_then_dead_lettered_with_its_error():
+    q = store.queue("t.raise", max_attempts=2, retry_base_s=0)
+    job_id = q.enqueue("x")
+    run_burst(["t.raise"])
+    run_burst(["t.raise"])
+    dead = DeadJob.objects.get(id=job_id)
+    assert dead.attempts == 2
+    assert dead.last_error == "ValueError: boom x"
+    assert Run.objects.filter(job_id=job_id).count() == 2
+
+
+def test_fail__dead_letters_at_once_with_its_message():
+    job_id = store.queue("t.fail", max_attempts=5).enqueue("x")
+    stats = run_burst(["t.fail"])
+    assert stats.dead == 1
+    dead = store.get_job(job_id)
+    assert dead.state == "dead"
+    assert dead.attempts == 1
+    assert dead.last_error == "refused: bad input"
+
+
+def test_long_handler__is_kept_alive_by_heartbeats_and_runs_once():
+    # Three times the visibility timeout: without heartbeats it would be re-run.
+    job_id = store.queue("t.slow", visibility_timeout_s=0.6).enqueue({"sleep_s": 1.8})
+    stop = threading.Event()
+    other = Worker(["t.slow"], poll_interval_s=0.1, worker_id="other")
+    thief = threading.Thread(target=other.run, args=(stop,))
+    thief.start()
+    try:
+        stats = run_burst(["t.slow"], worker_id="main")
+    finally:
+        stop.set()
+        thief.join(10)
+    assert stats.acked + other.stats.acked == 1
+    assert Run.objects.filter(job_id=job_id).count() == 1
+    assert not Job.objects.filter(id=job_id).exists()
+
+
+def test_stop__releases_jobs_still_running_after_the_grace_period():
+    job_id = store.queue("t.slow").enqueue({"sleep_s": 3})
+    stop = threading.Event()
+    worker = Worker(["t.slow"], grace_s=0.2, poll_interval_s=0.1)
+    thread = threading.Thread(target=worker.run, args=(stop,))
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not Run.objects.filter(job_id=job_id).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stop.set()
+    thread.join(5)
+    assert not thread.is_alive()
+    job = store.get_job(job_id)
+    assert job.state == "pending"
+    assert job.attempts == 0  # the attempt the claim consumed was given back
+    assert worker.stats.released == 1
+
+
+def test_stop__lets_a_short_job_finish_within_the_grace_period():
+    job_id = store.queue("t.slow").enqueue({"sleep_s": 0.5})
+    stop = threading.Event()
+    worker = Worker(["t.slow"], grace_s=5, poll_interval_s=0.1)
+    thread = threading.Thread(target=worker.run, args=(stop,))
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not Run.objects.filter(job_id=job_id).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stop.set()
+    thread.join(10)
+    assert worker.stats.acked == 1
+    assert store.get_job(job_id) is None
+
+
+def test_idle_worker__wakes_on_enqueue_without_waiting_for_the_poll():
+    stop = threading.Event()
+    worker = Worker(["t.record"], poll_interval_s=30)
+    thread = threading.Thread(target=worker.run, args=(stop,))
+    thread.start()
+    try:
+        time.sleep(0.5)
+        started = time.monotonic()
+        job_id = store.queue("t.record").enqueue("wake")
+        while not Run.objects.filter(job_id=job_id).exists():
+            assert time.monotonic() - started < 5, "not woken"
+            time.sleep(0.005)
+        assert time.monotonic() - started < 2
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def test_idle_worker__wakes_when_a_delayed_job_becomes_due():
+    stop = threading.Event()
+    worker = Worker(["t.record"], poll_interval_s=30)
+    thread = threading.Thread(target=worker.run, args=(stop,))
+    thread.start()
+    try:
+        time.sleep(0.3)
+        job_id = store.queue("t.record").enqueue("later", delay_s=1.0)
+        started = time.monotonic()
+        while not Run.objects.filter(job_id=job_id).exists():
+            assert time.monotonic() - started < 5, "delayed job not picked up"
+            time.sleep(0.01)
+        assert 0.8 <= time.monotonic() - started < 3
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def test_unknown_queue__is_refused_with_the_registered_names():
+    with pytest.raises(InvalidArgument, match="No handler registered for queue 'nope'"):
+        Worker(["nope"], burst=True).run(threading.Event())
+
+
+def test_handler_registry__refuses_two_handlers_for_one_queue():
+    reg = HandlerRegistry()
+    reg.register("q", lambda job: None)
+
+    def other(job):
+        return None
+
+    with pytest.raises(InvalidArgument, match="already has handler"):
+        reg.register("q", other)
