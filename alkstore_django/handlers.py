@@ -24,7 +24,14 @@ def _qualified(func: Handler) -> str:
 
 
 class HandlerRegistry:
-    """Queue name → handler; outboxes are registered under their backing queue."""
+    """Queue name → handler; outboxes are registered under their backing queue.
+
+    A handler is any callable taking the claimed ``Job``. An integration that
+    must write in the same transaction as the outcome (the Tasks backend's
+    results) gives its callable two optional methods, which the worker calls
+    inside that transaction and only when the outcome took effect:
+    ``on_acked(job, value)`` and ``on_failed(job, exc, error, exhausted)``.
+    """
 
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}

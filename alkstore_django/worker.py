@@ -64,6 +64,7 @@ class Outcome:
     kind: str  # "ack" | "retry" | "fail"
     value: Any = None
     error: str | None = None
+    exc: BaseException | None = None
     duration_ms: float = 0.0
 
 
@@ -252,8 +253,8 @@ class Worker:
             value = held.handler(held.handle.job)
             outcome = Outcome(held, "ack", value=value)
         except Fail as exc:
-            outcome = Outcome(held, "fail", error=str(exc) or "failed")
-        except BaseException as exc:  # noqa: BLE001 - any escape from user code is a failed attempt
+            outcome = Outcome(held, "fail", error=str(exc) or "failed", exc=exc)
+        except BaseException as exc:
             logger.error(
                 "handler raised id=%s queue=%s attempts=%s",
                 held.handle.job.id,
@@ -261,7 +262,7 @@ class Worker:
                 held.handle.job.attempts,
                 exc_info=True,
             )
-            outcome = Outcome(held, "retry", error=f"{type(exc).__name__}: {exc}")
+            outcome = Outcome(held, "retry", error=f"{type(exc).__name__}: {exc}", exc=exc)
         finally:
             close_old_connections()
         outcome.duration_ms = (time.monotonic() - held.started_at) * 1000
@@ -276,7 +277,7 @@ class Worker:
                     watcher = open_watcher(self.store, channels, app_settings.listen_database)
                 if watcher.wait(1.0):
                     self._wake.set()
-            except Exception:  # noqa: BLE001 - the poll safety net covers a broken watcher
+            except Exception:
                 logger.warning("wake-up watcher failed; relying on polling", exc_info=True)
                 if watcher is not None:
                     watcher.close()
@@ -342,7 +343,7 @@ class Worker:
             else:
                 applied = handle.retry(outcome.error)
             if applied and hook is not None:
-                hook(job, outcome.error, exhausted)
+                hook(job, outcome.exc, outcome.error, exhausted)
         if not applied:
             self._log(outcome, "lost")
         else:

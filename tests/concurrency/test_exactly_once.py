@@ -103,6 +103,7 @@ def test_claim_batch__three_processes_drain_one_queue_exactly_once(
                 "procs",
                 f"proc-{i}",
                 str(go_file),
+                "0.002",
             ],
             cwd=ROOT,
             env=subprocess_env,
