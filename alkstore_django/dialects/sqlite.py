@@ -103,11 +103,14 @@ class SqliteDialect(Dialect):
 
     def claim(self, queue: str, worker_id: str, n: int) -> list[JobRecord]:
         lapsed = "queue = %s AND state = 'processing' AND claim_expires_at <= %s"
+        # The unary + keeps run_at out of index selection: otherwise, after ANALYZE,
+        # SQLite picks alk_job_due (queue, run_at) and sorts every ready row in a
+        # temp b-tree; alk_job_claim walks them already in claim order.
         claim_sql = (
             f"UPDATE {J} SET state = 'processing', attempts = attempts + 1, worker_id = %s, "
             f"claim_expires_at = {self.plus_sql('%s', 'visibility_timeout_s')} "
             f"WHERE id IN (SELECT id FROM {J} WHERE queue = %s AND state = 'pending' "
-            "AND run_at <= %s AND (expires_at IS NULL OR expires_at > %s) "
+            "AND +run_at <= %s AND (expires_at IS NULL OR expires_at > %s) "
             f"ORDER BY priority DESC, run_at, id LIMIT %s) RETURNING {JOB_SELECT}"
         )
         with self.write_transaction() as cursor:

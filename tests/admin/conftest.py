@@ -8,12 +8,18 @@ from django.contrib.auth.models import Permission, User
 
 def staff_with(*codenames: str) -> User:
     """Return a staff user holding exactly the alkstore_django permissions ``codenames``."""
-    user = User.objects.create_user(f"staff-{'-'.join(codenames) or 'none'}", password="x")
-    user.is_staff = True
-    user.save()
-    perms = Permission.objects.filter(content_type__app_label="alkstore_django", codename__in=codenames)
+    user = User.objects.create(username=f"staff-{'-'.join(codenames) or 'none'}", is_staff=True)
+    perms = Permission.objects.filter(
+        content_type__app_label="alkstore_django", codename__in=codenames
+    )
     user.user_permissions.set(perms)
     return user
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    # admin_client's superuser gets a password; a slow hasher would dominate the run.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture

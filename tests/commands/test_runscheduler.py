@@ -49,14 +49,14 @@ def test_runscheduler__fails_over_on_sigkill_and_releases_on_sigterm(
     store.schedule("beat", "@every 1s", "beats")
     procs = {}
     for i in range(3):
-        log = (tmp_path / f"scheduler-{i}.log").open("w")
-        proc = subprocess.Popen(
-            [python, "-m", "django", "runscheduler", "--standby-interval", "0.5"],
-            env=subprocess_env,
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        with (tmp_path / f"scheduler-{i}.log").open("w") as log:
+            proc = subprocess.Popen(
+                [python, "-m", "django", "runscheduler", "--standby-interval", "0.5"],
+                env=subprocess_env,
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         procs[proc.pid] = proc
     try:
         first = wait_for(leader_pid, 15)

@@ -1,0 +1,112 @@
+"""``scheduler.serve``: the standby loop behind ``runscheduler``, and database outages."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+from django.db import OperationalError, connection, connections
+from django.db.models.functions import Now
+
+from alkstore_django import scheduler, store
+from alkstore_django.locks import acquire
+from alkstore_django.models import Job, Lock
+from alkstore_django.scheduler import LEADER_LOCK, serve
+from tests.conftest import postgres_only
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def wait_for(predicate, timeout_s: float, interval_s: float = 0.05):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    return predicate()
+
+
+def leader_owner() -> str | None:
+    row = Lock.objects.filter(name=LEADER_LOCK, expires_at__gt=Now()).first()
+    return row.owner if row else None
+
+
+class Serving:
+    def __init__(self, owner: str) -> None:
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(owner,), daemon=True)
+        self.thread.start()
+
+    def _run(self, owner: str) -> None:
+        try:
+            serve(store, self.stop, retry_s=0.2, owner=owner)
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            connections.close_all()
+
+    def halt(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        assert not self.thread.is_alive()
+        assert self.error is None
+
+
+def test_serve__stands_by_while_another_runner_leads_then_takes_over(caplog):
+    caplog.set_level(logging.INFO, logger="alkstore_django")
+    other = acquire(store, LEADER_LOCK, ttl_s=60, owner="other")
+    serving = Serving("standby")
+    time.sleep(0.6)
+
+    assert leader_owner() == "other"
+    assert "scheduler standing by owner=standby" in caplog.text
+
+    other.release()
+    assert wait_for(lambda: leader_owner() == "standby", 3)
+    serving.halt()
+    assert leader_owner() is None
+
+
+def test_serve__logs_an_outage_and_carries_on(monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="alkstore_django")
+    store.schedule("beat", "@every 1s", "beats")
+    real_tick = scheduler.tick
+    failures = []
+
+    def flaky_tick(*args, **kwargs):
+        if not failures:
+            failures.append(1)
+            raise OperationalError("server closed the connection unexpectedly")
+        return real_tick(*args, **kwargs)
+
+    monkeypatch.setattr(scheduler, "tick", flaky_tick)
+    serving = Serving("runner")
+
+    assert wait_for(lambda: Job.objects.filter(queue="beats").exists(), 5)
+    serving.halt()
+    assert "scheduler database unavailable" in caplog.text
+    assert "scheduler database reachable again" in caplog.text
+
+
+@postgres_only  # a server-side disconnect; the SQLite sibling is the outage test above
+def test_serve__survives_its_connection_being_terminated(caplog):
+    caplog.set_level(logging.INFO, logger="alkstore_django")
+    store.schedule("beat", "@every 1s", "beats")
+    serving = Serving("runner")
+    assert wait_for(lambda: Job.objects.filter(queue="beats").exists(), 5)
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    before = Job.objects.filter(queue="beats").order_by("-id").first().id
+
+    assert wait_for(lambda: Job.objects.filter(queue="beats", id__gt=before).count() >= 2, 6)
+    serving.halt()
+    assert "scheduler database unavailable" in caplog.text
+    assert leader_owner() is None
