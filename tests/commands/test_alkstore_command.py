@@ -74,7 +74,7 @@ def test_purge_dead__deletes_older_than_the_age():
 @pytest.mark.parametrize("age", ["7", "7w", "1.5h", "-3d", "soon"])
 def test_purge_dead__bad_age_is_a_command_error_naming_the_value(age):
     with pytest.raises(CommandError, match=f"Invalid --older-than '{age}'"):
-        run("purge-dead", "--queue", "cmd.p", "--older-than", age)
+        run("purge-dead", "--queue", "cmd.p", f"--older-than={age}")
 
 
 def test_requeue__reserved_or_bad_queue_names_are_command_errors():

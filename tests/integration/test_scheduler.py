@@ -65,7 +65,7 @@ class Runner:
     def _run(self) -> None:
         try:
             run_schedules(store, self.stop, owner=self.owner)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - the test asserts on it
             self.error = exc
         finally:
             connections.close_all()

@@ -44,7 +44,7 @@ class Serving:
     def _run(self, owner: str) -> None:
         try:
             serve(store, self.stop, retry_s=0.2, owner=owner)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - the test asserts on it
             self.error = exc
         finally:
             connections.close_all()

@@ -96,7 +96,10 @@ class Command(BaseCommand):
         try:
             older_than_s = operations.parse_age(older_than)
         except AlkstoreError as exc:
-            raise CommandError(f"Invalid --older-than {older_than!r}: {exc}") from exc
+            raise CommandError(
+                f"Invalid --older-than {older_than!r}: expected a positive whole number "
+                "followed by s, m, h or d, such as 30s, 15m, 12h or 7d."
+            ) from exc
         deleted = operations.purge_dead(
             queue, older_than_s, using=using, progress=self._progress("deleted")
         )

@@ -1,0 +1,1 @@
+"""Benchmarks for alkstore_django: run ``python bench/run.py`` (see docs/performance.md)."""

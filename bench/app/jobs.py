@@ -1,0 +1,42 @@
+"""Bench handlers: a no-op, and one that stamps its start for the latency workload.
+
+Each handler appends to ``BENCH_MARK_FILE`` (when set): the no-op only once per
+process (the moment this process started draining), the latency handler one
+``<i> <monotonic>`` line per job. ``time.monotonic()`` is CLOCK_MONOTONIC, one
+clock for every process on the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from alkstore_django import handler
+
+_marks: dict[str, object] = {}
+
+
+def _mark_file():
+    f = _marks.get("file")
+    if f is None:
+        path = os.environ.get("BENCH_MARK_FILE")
+        f = open(path, "a", buffering=1) if path else False  # noqa: SIM115
+        _marks["file"] = f
+    return f
+
+
+@handler("bench.noop")
+def noop(job):
+    if "first" not in _marks:
+        _marks["first"] = time.monotonic()
+        f = _mark_file()
+        if f:
+            f.write(f"first {_marks['first']!r}\n")
+
+
+@handler("bench.latency")
+def latency(job):
+    started = time.monotonic()
+    f = _mark_file()
+    if f:
+        f.write(f"{job.payload['i']} {started!r}\n")

@@ -1,0 +1,43 @@
+"""Bench settings: a plain site with Django's defaults (CONN_MAX_AGE=0, no pooling).
+
+``BENCH_DATABASE_URL`` selects the engine: ``postgres://user@host:port/name`` or
+``sqlite:////absolute/path.sqlite3``.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import unquote, urlsplit
+
+SECRET_KEY = "alkstore-bench-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+INSTALLED_APPS = ["alkstore_django", "bench.app"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+
+def database_from_url(url: str) -> dict[str, object]:
+    """Return a DATABASES entry for a postgres:// or sqlite:/// URL."""
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": unquote(parts.path),
+            "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"},
+        }
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": parts.path.lstrip("/"),
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+    }
+
+
+DATABASES = {
+    "default": database_from_url(
+        os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/alk_bench")
+    )
+}
