@@ -84,22 +84,24 @@ class DeadJobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
     fields = (
         "id",
         "queue",
+        "died_at",
         "attempts",
+        "error_full",
+        "payload_pretty",
         "max_attempts",
         "priority",
         "enqueued_at",
         "run_at",
-        "died_at",
         "worker_id",
         "expires_at",
-        "error_full",
-        "payload_pretty",
     )
     readonly_fields = fields
 
     @admin.display(description="error")
     def error_preview(self, obj: DeadJob) -> str:
-        return Truncator(obj.last_error or "").chars(ERROR_PREVIEW_CHARS)
+        # A traceback's last line names the exception: the most telling part.
+        lines = [line for line in (obj.last_error or "").splitlines() if line.strip()]
+        return Truncator(lines[-1].strip() if lines else "").chars(ERROR_PREVIEW_CHARS)
 
     @admin.display(description="error")
     def error_full(self, obj: DeadJob) -> str:

@@ -32,11 +32,37 @@ def _positive_number(value: Any) -> bool:
     )
 
 
+def _sqlite_warnings(alias: str) -> list[checks.CheckMessage]:
+    """Warn when a SQLite store would let a read-then-write transaction fail.
+
+    A deferred transaction that reads before it writes cannot wait for the
+    write lock (SQLITE_BUSY_SNAPSHOT), so an enqueue inside such a block can
+    fail under load with "database is locked" whatever the timeout.
+    """
+    config = settings.DATABASES.get(alias, {})
+    if "sqlite3" not in config.get("ENGINE", ""):
+        return []
+    mode = str(config.get("OPTIONS", {}).get("transaction_mode", "")).upper()
+    if mode == "IMMEDIATE":
+        return []
+    return [
+        checks.Warning(
+            f"DATABASES[{alias!r}] is SQLite without transaction_mode 'IMMEDIATE'.",
+            hint=(
+                'Set "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20} so '
+                "several processes can share the file without 'database is locked'."
+            ),
+            obj="settings.DATABASES",
+            id="alkstore.W001",
+        )
+    ]
+
+
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Validate every ALKSTORE key at start-up."""
     raw = getattr(settings, "ALKSTORE", None)
     if raw is None:
-        return []
+        return _sqlite_warnings(app_settings.database)
     if not isinstance(raw, dict):
         return [
             _error(f"ALKSTORE is {type(raw).__name__}, not a dict.", "Use a dict.", "alkstore.E001")
@@ -71,6 +97,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                     "alkstore.E006",
                 )
             )
+    errors += _sqlite_warnings(alias)
     queues = raw.get("QUEUES", {})
     if not isinstance(queues, dict):
         errors.append(

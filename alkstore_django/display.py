@@ -50,7 +50,7 @@ class Chart:
     height: int
     bars: list[Bar]
     peak: int
-    ticks: list[tuple[float, str]]
+    ticks: list[tuple[float, str, str]]
     baseline_y: float
     left: int
     total_acked: int
@@ -67,7 +67,7 @@ def outcome_chart(buckets: Sequence[OutcomeBucket]) -> Chart:
     step = plot_w / max(len(buckets), 1)
     bar_w = max(step - 2, 1)
     bars: list[Bar] = []
-    ticks: list[tuple[float, str]] = []
+    ticks: list[tuple[float, str, str]] = []
     for i, bucket in enumerate(buckets):
         x = CHART_LEFT + i * step + 1
         label = f"{bucket.minute:%H:%M} UTC: {bucket.acked} finished, {bucket.dead} dead-lettered"
@@ -77,8 +77,11 @@ def outcome_chart(buckets: Sequence[OutcomeBucket]) -> Chart:
             bars.append(Bar(x, baseline - acked_h, bar_w, acked_h, "acked", label))
         if bucket.dead:
             bars.append(Bar(x, baseline - acked_h - dead_h, bar_w, dead_h, "dead", label))
-        if i % 10 == 0 or i == len(buckets) - 1:
-            ticks.append((x + bar_w / 2, f"{bucket.minute:%H:%M}"))
+        if i == len(buckets) - 1:
+            # The newest label ends at its bar so it is not clipped at the edge.
+            ticks.append((x + bar_w, f"{bucket.minute:%H:%M}", "end"))
+        elif i % 10 == 0 and i < len(buckets) - 5:
+            ticks.append((x + bar_w / 2, f"{bucket.minute:%H:%M}", "middle"))
     return Chart(
         width=CHART_WIDTH,
         height=CHART_HEIGHT,

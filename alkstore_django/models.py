@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import models
 from django.db.models import Q
 
@@ -13,6 +15,34 @@ NAME_MAX_LENGTH = 200
 class JobState(models.TextChoices):
     PENDING = "pending", "pending"
     PROCESSING = "processing", "processing"
+
+
+def _job_record(
+    row: Job | DeadJob,
+    *,
+    state: str,
+    claim_expires_at: datetime | None = None,
+    died_at: datetime | None = None,
+) -> records.Job:
+    """Build the API's Job from a live row or a dead letter (they share these fields)."""
+    return records.Job(
+        id=row.id,
+        queue=row.queue,
+        payload=row.payload,
+        priority=row.priority,
+        run_at=row.run_at,
+        attempts=row.attempts,
+        max_attempts=row.max_attempts,
+        visibility_timeout_s=row.visibility_timeout_s,
+        retry_base_s=row.retry_base_s,
+        expires_at=row.expires_at,
+        state=state,  # type: ignore[arg-type]
+        worker_id=row.worker_id,
+        claim_expires_at=claim_expires_at,
+        last_error=row.last_error,
+        enqueued_at=row.enqueued_at,
+        died_at=died_at,
+    )
 
 
 class JobQuerySet(models.QuerySet):
@@ -87,23 +117,7 @@ class Job(models.Model):
         return f"job {self.id} on {self.queue} ({self.state})"
 
     def to_record(self) -> records.Job:
-        return records.Job(
-            id=self.id,
-            queue=self.queue,
-            payload=self.payload,
-            priority=self.priority,
-            run_at=self.run_at,
-            attempts=self.attempts,
-            max_attempts=self.max_attempts,
-            visibility_timeout_s=self.visibility_timeout_s,
-            retry_base_s=self.retry_base_s,
-            expires_at=self.expires_at,
-            state=self.state,  # type: ignore[arg-type]
-            worker_id=self.worker_id,
-            claim_expires_at=self.claim_expires_at,
-            last_error=self.last_error,
-            enqueued_at=self.enqueued_at,
-        )
+        return _job_record(self, state=self.state, claim_expires_at=self.claim_expires_at)
 
 
 class DeadJob(models.Model):
@@ -136,24 +150,7 @@ class DeadJob(models.Model):
         return f"dead job {self.id} on {self.queue}"
 
     def to_record(self) -> records.Job:
-        return records.Job(
-            id=self.id,
-            queue=self.queue,
-            payload=self.payload,
-            priority=self.priority,
-            run_at=self.run_at,
-            attempts=self.attempts,
-            max_attempts=self.max_attempts,
-            visibility_timeout_s=self.visibility_timeout_s,
-            retry_base_s=self.retry_base_s,
-            expires_at=self.expires_at,
-            state="dead",
-            worker_id=self.worker_id,
-            claim_expires_at=None,
-            last_error=self.last_error,
-            enqueued_at=self.enqueued_at,
-            died_at=self.died_at,
-        )
+        return _job_record(self, state="dead", died_at=self.died_at)
 
 
 class Schedule(models.Model):
@@ -248,3 +245,57 @@ class OutcomeMinute(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue} at {self.minute:%H:%M}"
+
+
+class TaskStatus(models.TextChoices):
+    """The statuses of ``django.tasks.TaskResultStatus``, declared here for Django 5.2 too."""
+
+    READY = "READY", "ready"
+    RUNNING = "RUNNING", "running"
+    FAILED = "FAILED", "failed"
+    SUCCESSFUL = "SUCCESSFUL", "successful"
+
+
+class TaskResult(models.Model):
+    """The result of one Django Tasks job, under the job's own id.
+
+    Written when an attempt starts and in the same transaction as the job's
+    outcome; while the job is live its row, not this one, says READY or RUNNING.
+    """
+
+    id = models.BigIntegerField(primary_key=True)
+    backend = models.CharField(max_length=NAME_MAX_LENGTH)
+    queue = models.CharField(max_length=NAME_MAX_LENGTH)
+    task_path = models.CharField(max_length=500)
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    priority = models.IntegerField(default=0)
+    run_after = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.READY)
+    return_value = models.JSONField(null=True, blank=True)
+    errors = models.JSONField(default=list, blank=True)
+    worker_ids = models.JSONField(default=list, blank=True)
+    enqueued_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    last_attempted_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "task result"
+        indexes = [
+            # Retention: finished results of one backend, oldest first.
+            models.Index(
+                fields=["backend", "finished_at"],
+                name="alk_taskres_retention",
+                condition=Q(finished_at__isnull=False),
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["READY", "RUNNING", "FAILED", "SUCCESSFUL"]),
+                name="alk_taskres_status",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"task {self.id} {self.task_path} ({self.status})"

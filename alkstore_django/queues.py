@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .conf import QueueOptions, app_settings
 from .errors import InvalidArgument
-from .records import Job, QueueStats, SweepResult
+from .records import EnqueueBatch, Job, QueueStats, SweepResult
 from .timing import backoff_s
 from .validation import (
     encode_payload,
@@ -102,34 +103,33 @@ class Queue:
             run_at = validate_run_at(run_at)
         if delay_s is not None:
             delay_s = validate_duration("delay_s", delay_s)
-        stamps = {
-            "priority": self.options.priority if priority is None else validate_priority(priority),
-            "max_attempts": (
-                self.options.max_attempts
-                if max_attempts is None
-                else validate_max_attempts(max_attempts)
-            ),
-            "visibility_timeout_s": self.options.visibility_timeout_s,
-            "retry_base_s": self.options.retry_base_s,
-        }
         if expires_s is None:
             expires_s = self.options.expires_s
         else:
             expires_s = validate_duration("expires_s", expires_s, allow_zero=False)
+        batch = EnqueueBatch(
+            queue=self.name,
+            channel=self.channel,
+            payloads=(),
+            priority=self.options.priority if priority is None else validate_priority(priority),
+            max_attempts=(
+                self.options.max_attempts
+                if max_attempts is None
+                else validate_max_attempts(max_attempts)
+            ),
+            visibility_timeout_s=self.options.visibility_timeout_s,
+            retry_base_s=self.options.retry_base_s,
+            run_at=None if delay_s is not None else run_at,
+            delay_s=delay_s,
+            expires_s=expires_s,
+        )
         if not encoded:
             return []
         ids: list[int] = []
         dialect = self.store.dialect
         for start in range(0, len(encoded), MAX_BATCH):
-            ids += dialect.enqueue(
-                self.name,
-                encoded[start : start + MAX_BATCH],
-                stamps,
-                None if delay_s is not None else run_at,
-                delay_s,
-                expires_s,
-                self.channel,
-            )
+            chunk = encoded[start : start + MAX_BATCH]
+            ids += dialect.enqueue(replace(batch, payloads=chunk))
         return ids
 
     # --- claims --------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -79,3 +80,26 @@ class Schedule:
     last_fired_at: datetime | None
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True)
+class EnqueueBatch:
+    """One enqueue statement's worth of jobs, every stamp already resolved.
+
+    ``delay_s`` (relative to the database clock) wins over ``run_at``; neither
+    means now. ``expires_s`` is relative to the same instant.
+    """
+
+    queue: str
+    channel: str
+    payloads: Sequence[str]
+    priority: int
+    max_attempts: int
+    visibility_timeout_s: float
+    retry_base_s: float
+    run_at: datetime | None = None
+    delay_s: float | None = None
+    expires_s: float | None = None
+
+    def stamp_params(self) -> list[Any]:
+        return [self.max_attempts, self.visibility_timeout_s, self.retry_base_s]

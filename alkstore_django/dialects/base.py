@@ -17,6 +17,7 @@ from typing import Any
 from django.db import connections
 
 from ..models import DeadJob, Job
+from ..records import EnqueueBatch
 from ..records import Job as JobRecord
 
 J = Job._meta.db_table
@@ -80,16 +81,8 @@ class Dialect:
     def json_param(self) -> str:
         raise NotImplementedError
 
-    def enqueue(
-        self,
-        queue: str,
-        payloads: Sequence[str],
-        stamps: dict[str, Any],
-        run_at: datetime | None,
-        delay_s: float | None,
-        expires_s: float | None,
-        channel: str,
-    ) -> list[int]:
+    def enqueue(self, batch: EnqueueBatch) -> list[int]:
+        """Insert the batch in one statement; return the ids in payload order."""
         raise NotImplementedError
 
     def claim(self, queue: str, worker_id: str, n: int) -> list[JobRecord]:
@@ -108,6 +101,23 @@ class Dialect:
 
     def ack_fenced(self, worker_id: str, fences: Sequence[tuple[int, int]]) -> list[int]:
         """Delete each (id, attempts) still under ``worker_id``'s claim; return the ids."""
+        raise NotImplementedError
+
+    def claim_and_ack(
+        self,
+        queue: str,
+        worker_id: str,
+        n: int,
+        ack_worker_id: str,
+        fences: Sequence[tuple[int, int]],
+    ) -> tuple[list[int], list[JobRecord]]:
+        """Ack ``fences`` (as ``ack_fenced`` for ``ack_worker_id``) and claim up to ``n``.
+
+        One transaction (and on PostgreSQL one statement): the acks are durable
+        once this returns, and the worker pays one commit per cycle, not three.
+        Returns (acked ids, claimed jobs in claim order). ``claim`` is this
+        with no fences.
+        """
         raise NotImplementedError
 
     def notify(self, channel: str, payload: str) -> None:

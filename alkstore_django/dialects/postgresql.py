@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from django.db import transaction
 
+from ..records import EnqueueBatch
 from ..records import Job as JobRecord
 from .base import DEAD_COLUMNS, DEAD_COPY, JOB_SELECT, D, Dialect, J
 
@@ -29,21 +31,12 @@ class PostgresDialect(Dialect):
     def plus_sql(self, base: str, seconds: str) -> str:
         return f"({base} + make_interval(secs => {seconds}))"
 
-    def enqueue(
-        self,
-        queue: str,
-        payloads: Sequence[str],
-        stamps: dict[str, Any],
-        run_at: datetime | None,
-        delay_s: float | None,
-        expires_s: float | None,
-        channel: str,
-    ) -> list[int]:
+    def enqueue(self, batch: EnqueueBatch) -> list[int]:
         # One statement: the rows and the wake-up commit together, and a
         # notification sent inside the caller's transaction is delivered only
         # on commit (PostgreSQL folds the repeats into one).
-        run_at_sql, run_at_params = self._run_at(run_at, delay_s)
-        expires_sql = self.plus_sql(NOW, "%s::float8") if expires_s is not None else "NULL"
+        run_at_sql, run_at_params = self._run_at(batch.run_at, batch.delay_s)
+        expires_sql = self.plus_sql(NOW, "%s::float8") if batch.expires_s is not None else "NULL"
         sql = (
             f"WITH ins AS (INSERT INTO {J} (queue, payload, priority, run_at, attempts, "
             "max_attempts, visibility_timeout_s, retry_base_s, expires_at, state, enqueued_at) "
@@ -52,11 +45,10 @@ class PostgresDialect(Dialect):
             "ORDER BY u.o RETURNING id) "
             "SELECT ins.id FROM ins, (SELECT pg_notify(%s, '')) AS n ORDER BY ins.id"
         )
-        params: list[Any] = [queue, stamps["priority"], *run_at_params]
-        params += [stamps["max_attempts"], stamps["visibility_timeout_s"], stamps["retry_base_s"]]
-        if expires_s is not None:
-            params.append(expires_s)
-        params += [list(payloads), channel]
+        params: list[Any] = [batch.queue, batch.priority, *run_at_params, *batch.stamp_params()]
+        if batch.expires_s is not None:
+            params.append(batch.expires_s)
+        params += [list(batch.payloads), batch.channel]
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return [row[0] for row in cursor.fetchall()]
@@ -69,34 +61,70 @@ class PostgresDialect(Dialect):
         return NOW, []
 
     def claim(self, queue: str, worker_id: str, n: int) -> list[JobRecord]:
-        # Lapsed claims first: exhausted ones are buried, the rest become
-        # claimable again in their original order (their handles are already
-        # invalid: the deadline has passed).
-        lapse_sql = (
-            f"WITH lapsed AS (SELECT id FROM {J} WHERE queue = %s AND state = 'processing' "
-            f"AND claim_expires_at <= {NOW} FOR UPDATE SKIP LOCKED), "
-            f"dead AS (DELETE FROM {J} j USING lapsed l WHERE j.id = l.id "
-            f"AND j.attempts >= j.max_attempts RETURNING j.*), "
-            f"buried AS (INSERT INTO {D} ({DEAD_COLUMNS}) SELECT {DEAD_COPY}, "
-            f"'max attempts exceeded', {NOW} FROM dead) "
-            f"UPDATE {J} j SET state = 'pending', worker_id = NULL, claim_expires_at = NULL "
-            "FROM lapsed l WHERE j.id = l.id AND j.attempts < j.max_attempts"
-        )
-        claim_sql = (
-            f"UPDATE {J} j SET state = 'processing', attempts = j.attempts + 1, worker_id = %s, "
-            f"claim_expires_at = {self.plus_sql(NOW, 'j.visibility_timeout_s')} "
-            f"FROM (SELECT id FROM {J} WHERE queue = %s AND state = 'pending' "
-            f"AND run_at <= {NOW} AND (expires_at IS NULL OR expires_at > {NOW}) "
-            "ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED) c "
-            f"WHERE j.id = c.id RETURNING {', '.join('j.' + c for c in JOB_SELECT.split(', '))}"
-        )
+        return self.claim_and_ack(queue, worker_id, n, "", ())[1]
+
+    def claim_and_ack(
+        self,
+        queue: str,
+        worker_id: str,
+        n: int,
+        ack_worker_id: str,
+        fences: Sequence[tuple[int, int]],
+    ) -> tuple[list[int], list[JobRecord]]:
+        # One statement, so one round trip and one commit: the fenced acks, the
+        # lapsed-claim sweep and the claim. Every CTE sees one snapshot, so a
+        # lapsed row cannot wait for a later statement to become claimable:
+        # the candidates are the pending rows and the lapsed rows with
+        # attempts left, both locked SKIP LOCKED, and the best n of them are
+        # claimed; lapsed rows left over go back to pending (their handles
+        # are already invalid), exhausted ones to the dead letters. The CTEs
+        # touch disjoint rows: an acked row's claim is live, a lapsed one's
+        # has passed.
+        sql = self._claim_sql
+        params = [
+            [f[0] for f in fences], [f[1] for f in fences], ack_worker_id,
+            queue, queue, n, n, worker_id,
+        ]  # fmt: skip
         with self.connection.cursor() as cursor:
-            cursor.execute(lapse_sql, [queue])
-            cursor.execute(claim_sql, [worker_id, queue, n])
+            cursor.execute(sql, params)
             rows = cursor.fetchall()
-        jobs = [self.job_from_row(row) for row in rows]
+        acked = list(rows[0][0] or ()) if rows else []
+        jobs = [self.job_from_row(row[1:]) for row in rows if row[1] is not None]
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
-        return jobs
+        return acked, jobs
+
+    @cached_property
+    def _claim_sql(self) -> str:
+        due = f"(j.expires_at IS NULL OR j.expires_at > {NOW})"
+        returning = ", ".join("j." + c for c in JOB_SELECT.split(", "))
+        claimed = ", ".join("c." + c for c in JOB_SELECT.split(", "))
+        return (
+            f"WITH acked AS (DELETE FROM {J} j USING unnest(%s::bigint[], %s::int[]) "
+            "AS f(id, attempts) WHERE j.id = f.id AND j.attempts = f.attempts "
+            f"AND j.worker_id = %s AND j.state = 'processing' AND j.claim_expires_at > {NOW} "
+            "RETURNING j.id), "
+            f"lapsed AS (SELECT j.id, j.priority, j.run_at, j.attempts < j.max_attempts AS live, "
+            f"{due} AS due FROM {J} j WHERE j.queue = %s AND j.state = 'processing' "
+            f"AND j.claim_expires_at <= {NOW} FOR UPDATE SKIP LOCKED), "
+            f"fresh AS (SELECT j.id, j.priority, j.run_at FROM {J} j WHERE j.queue = %s "
+            f"AND j.state = 'pending' AND j.run_at <= {NOW} AND {due} "
+            "ORDER BY j.priority DESC, j.run_at, j.id LIMIT %s FOR UPDATE SKIP LOCKED), "
+            "pick AS (SELECT id FROM (SELECT id, priority, run_at FROM fresh UNION ALL "
+            "SELECT id, priority, run_at FROM lapsed WHERE live AND due) AS u "
+            "ORDER BY priority DESC, run_at, id LIMIT %s), "
+            f"dead AS (DELETE FROM {J} j USING lapsed l WHERE j.id = l.id AND NOT l.live "
+            "RETURNING j.*), "
+            f"buried AS (INSERT INTO {D} ({DEAD_COLUMNS}) SELECT {DEAD_COPY}, "
+            f"'max attempts exceeded', {NOW} FROM dead), "
+            f"revived AS (UPDATE {J} j SET state = 'pending', worker_id = NULL, "
+            "claim_expires_at = NULL FROM lapsed l WHERE j.id = l.id AND l.live "
+            "AND l.id NOT IN (SELECT id FROM pick)), "
+            f"c AS (UPDATE {J} j SET state = 'processing', attempts = j.attempts + 1, "
+            f"worker_id = %s, claim_expires_at = {self.plus_sql(NOW, 'j.visibility_timeout_s')} "
+            f"FROM pick WHERE j.id = pick.id RETURNING {returning}) "
+            f"SELECT (SELECT array_agg(id) FROM acked), {claimed} "
+            "FROM (SELECT 1) AS one LEFT JOIN c ON true"
+        )
 
     def bury(self, where: str, params: list[Any], error: str) -> int:
         sql = (

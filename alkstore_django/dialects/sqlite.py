@@ -16,6 +16,7 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
+from ..records import EnqueueBatch
 from ..records import Job as JobRecord
 from .base import DEAD_COLUMNS, DEAD_COPY, JOB_SELECT, D, Dialect, J
 
@@ -64,33 +65,24 @@ class SqliteDialect(Dialect):
         cursor.execute(f"SELECT {NOW}", [])
         return cursor.fetchone()[0]
 
-    def enqueue(
-        self,
-        queue: str,
-        payloads: Sequence[str],
-        stamps: dict[str, Any],
-        run_at: datetime | None,
-        delay_s: float | None,
-        expires_s: float | None,
-        channel: str,
-    ) -> list[int]:
+    def enqueue(self, batch: EnqueueBatch) -> list[int]:
         # One statement over a JSON array of the encoded payloads; SQLite has no
         # NOTIFY, so workers notice the commit by watching the file instead.
-        params: list[Any] = [queue, stamps["priority"]]
-        if delay_s is not None:
+        params: list[Any] = [batch.queue, batch.priority]
+        if batch.delay_s is not None:
             run_at_sql = self.plus_sql("'now'", "%s")
-            params.append(delay_s)
-        elif run_at is not None:
+            params.append(batch.delay_s)
+        elif batch.run_at is not None:
             run_at_sql = "%s"
-            params.append(self.adapt_datetime(run_at))
+            params.append(self.adapt_datetime(batch.run_at))
         else:
             run_at_sql = NOW
-        params += [stamps["max_attempts"], stamps["visibility_timeout_s"], stamps["retry_base_s"]]
+        params += batch.stamp_params()
         expires_sql = "NULL"
-        if expires_s is not None:
+        if batch.expires_s is not None:
             expires_sql = self.plus_sql("'now'", "%s")
-            params.append(expires_s)
-        params.append(json.dumps(list(payloads)))
+            params.append(batch.expires_s)
+        params.append(json.dumps(list(batch.payloads)))
         sql = (
             f"INSERT INTO {J} (queue, payload, priority, run_at, attempts, max_attempts, "
             "visibility_timeout_s, retry_base_s, expires_at, state, enqueued_at) "

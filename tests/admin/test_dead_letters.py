@@ -61,7 +61,7 @@ def test_detail__pretty_prints_payload_and_shows_full_error_read_only(admin_clie
     response = admin_client.get(url)
     assert response.status_code == 200
     html = response.content.decode()
-    assert '&quot;to&quot;: &quot;a@example.com&quot;' in html
+    assert "&quot;to&quot;: &quot;a@example.com&quot;" in html
     assert "line1\nline2" in html
     assert 'name="_save"' not in html
 

@@ -73,7 +73,9 @@ def test_cancel_action__needs_delete_permission(staff_client):
 
 
 def test_schedule_changelist__shows_spec_queue_next_run_and_toggles(admin_client):
-    paused = ScheduleFactory(name="nightly", enabled=False, next_run_at=timezone.now() - timedelta(days=2))
+    paused = ScheduleFactory(
+        name="nightly", enabled=False, next_run_at=timezone.now() - timedelta(days=2)
+    )
     running = ScheduleFactory(name="minutely")
     url = reverse("admin:alkstore_django_schedule_changelist")
     response = admin_client.get(url)
@@ -88,13 +90,20 @@ def test_schedule_changelist__shows_spec_queue_next_run_and_toggles(admin_client
     assert paused.next_run_at.timestamp() % 60 == 0
     post_action(admin_client, url, "disable", [running.id])
     assert not Schedule.objects.get(id=running.id).enabled
-    assert admin_client.get(reverse("admin:alkstore_django_schedule_change", args=[running.id])).status_code == 200
+    assert (
+        admin_client.get(
+            reverse("admin:alkstore_django_schedule_change", args=[running.id])
+        ).status_code
+        == 200
+    )
 
 
 def test_schedule_toggle__needs_change_permission(staff_client):
     client = staff_client("view_schedule")
     schedule = ScheduleFactory()
-    post_action(client, reverse("admin:alkstore_django_schedule_changelist"), "disable", [schedule.id])
+    post_action(
+        client, reverse("admin:alkstore_django_schedule_changelist"), "disable", [schedule.id]
+    )
     assert Schedule.objects.get(id=schedule.id).enabled
 
 

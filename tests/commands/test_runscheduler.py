@@ -42,6 +42,10 @@ def last_job_id() -> int:
     )
 
 
+def logs(tmp_path) -> str:
+    return "".join(p.read_text() for p in sorted(tmp_path.glob("scheduler-*.log")))
+
+
 @pytest.mark.django_db(transaction=True)
 def test_runscheduler__fails_over_on_sigkill_and_releases_on_sigterm(
     subprocess_env, python, tmp_path
@@ -60,7 +64,7 @@ def test_runscheduler__fails_over_on_sigkill_and_releases_on_sigterm(
         procs[proc.pid] = proc
     try:
         first = wait_for(leader_pid, 15)
-        assert first in procs, "no runscheduler took leadership"
+        assert first in procs, f"no runscheduler took leadership:\n{logs(tmp_path)}"
         assert wait_for(lambda: fired_after(0), 5), "the leader did not fire"
 
         # SIGTERM: the leader releases at once and exits 0; a standby takes
@@ -92,9 +96,9 @@ def test_runscheduler__fails_over_on_sigkill_and_releases_on_sigterm(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=5)
-    logs = "".join(p.read_text() for p in tmp_path.glob("scheduler-*.log"))
-    assert "scheduler standing by" in logs
-    assert "scheduler released leadership" in logs
+    text = logs(tmp_path)
+    assert "scheduler standing by" in text
+    assert "scheduler released leadership" in text
 
 
 @pytest.mark.parametrize(

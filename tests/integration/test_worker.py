@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -15,6 +16,29 @@ from alkstore_django.worker import Worker
 from tests.testapp.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@contextmanager
+def running_worker(queues, **kwargs):
+    """Run a worker in a thread for the duration of the block, then stop it."""
+    kwargs.setdefault("poll_interval_s", 0.1)
+    stop = threading.Event()
+    worker = Worker(queues, **kwargs)
+    thread = threading.Thread(target=worker.run, args=(stop,))
+    thread.start()
+    try:
+        yield worker
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+
+
+def wait_for_run(job_id, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not Run.objects.filter(job_id=job_id).exists():
+        assert time.monotonic() < deadline, f"job {job_id} never ran"
+        time.sleep(0.005)
 
 
 def run_burst(queues, **kwargs):
@@ -54,15 +78,8 @@ def test_fail__dead_letters_at_once_with_its_message():
 def test_long_handler__is_kept_alive_by_heartbeats_and_runs_once():
     # Three times the visibility timeout: without heartbeats it would be re-run.
     job_id = store.queue("t.slow", visibility_timeout_s=0.6).enqueue({"sleep_s": 1.8})
-    stop = threading.Event()
-    other = Worker(["t.slow"], poll_interval_s=0.1, worker_id="other")
-    thief = threading.Thread(target=other.run, args=(stop,))
-    thief.start()
-    try:
+    with running_worker(["t.slow"], worker_id="other") as other:
         stats = run_burst(["t.slow"], worker_id="main")
-    finally:
-        stop.set()
-        thief.join(10)
     assert stats.acked + other.stats.acked == 1
     assert Run.objects.filter(job_id=job_id).count() == 1
     assert not Job.objects.filter(id=job_id).exists()
@@ -70,16 +87,8 @@ def test_long_handler__is_kept_alive_by_heartbeats_and_runs_once():
 
 def test_stop__releases_jobs_still_running_after_the_grace_period():
     job_id = store.queue("t.slow").enqueue({"sleep_s": 3})
-    stop = threading.Event()
-    worker = Worker(["t.slow"], grace_s=0.2, poll_interval_s=0.1)
-    thread = threading.Thread(target=worker.run, args=(stop,))
-    thread.start()
-    deadline = time.monotonic() + 5
-    while not Run.objects.filter(job_id=job_id).exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    stop.set()
-    thread.join(5)
-    assert not thread.is_alive()
+    with running_worker(["t.slow"], grace_s=0.2) as worker:
+        wait_for_run(job_id)
     job = store.get_job(job_id)
     assert job.state == "pending"
     assert job.attempts == 0  # the attempt the claim consumed was given back
@@ -88,53 +97,27 @@ def test_stop__releases_jobs_still_running_after_the_grace_period():
 
 def test_stop__lets_a_short_job_finish_within_the_grace_period():
     job_id = store.queue("t.slow").enqueue({"sleep_s": 0.5})
-    stop = threading.Event()
-    worker = Worker(["t.slow"], grace_s=5, poll_interval_s=0.1)
-    thread = threading.Thread(target=worker.run, args=(stop,))
-    thread.start()
-    deadline = time.monotonic() + 5
-    while not Run.objects.filter(job_id=job_id).exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    stop.set()
-    thread.join(10)
+    with running_worker(["t.slow"], grace_s=5) as worker:
+        wait_for_run(job_id)
     assert worker.stats.acked == 1
     assert store.get_job(job_id) is None
 
 
 def test_idle_worker__wakes_on_enqueue_without_waiting_for_the_poll():
-    stop = threading.Event()
-    worker = Worker(["t.record"], poll_interval_s=30)
-    thread = threading.Thread(target=worker.run, args=(stop,))
-    thread.start()
-    try:
+    with running_worker(["t.record"], poll_interval_s=30):
         time.sleep(0.5)
         started = time.monotonic()
-        job_id = store.queue("t.record").enqueue("wake")
-        while not Run.objects.filter(job_id=job_id).exists():
-            assert time.monotonic() - started < 5, "not woken"
-            time.sleep(0.005)
+        wait_for_run(store.queue("t.record").enqueue("wake"))
         assert time.monotonic() - started < 2
-    finally:
-        stop.set()
-        thread.join(10)
 
 
 def test_idle_worker__wakes_when_a_delayed_job_becomes_due():
-    stop = threading.Event()
-    worker = Worker(["t.record"], poll_interval_s=30)
-    thread = threading.Thread(target=worker.run, args=(stop,))
-    thread.start()
-    try:
+    with running_worker(["t.record"], poll_interval_s=30):
         time.sleep(0.3)
         job_id = store.queue("t.record").enqueue("later", delay_s=1.0)
         started = time.monotonic()
-        while not Run.objects.filter(job_id=job_id).exists():
-            assert time.monotonic() - started < 5, "delayed job not picked up"
-            time.sleep(0.01)
+        wait_for_run(job_id)
         assert 0.8 <= time.monotonic() - started < 3
-    finally:
-        stop.set()
-        thread.join(10)
 
 
 def test_unknown_queue__is_refused_with_the_registered_names():

@@ -50,3 +50,6 @@ def exit_process(job):
     """A poison job: kills its own worker process."""
     record(job)
     os._exit(3)
+
+
+from . import chaos_jobs  # noqa: E402, F401  (the chaos suite's handlers)

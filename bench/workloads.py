@@ -1,0 +1,254 @@
+"""alkstore workloads for one engine; ``bench/run.py`` calls this once per measurement.
+
+Usage (the settings select the engine through ``BENCH_DATABASE_URL``)::
+
+    python -m bench.workloads migrate
+    python -m bench.workloads enqueue N BATCH        # BATCH 0 = one by one, autocommit
+    python -m bench.workloads drain N PROCS [runworker args...]
+    python -m bench.workloads latency N
+
+Each prints one JSON object on its last line of stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def setup() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    import django
+
+    django.setup()
+
+
+def clear() -> None:
+    """Empty the job tables (the bench database is the bench's own)."""
+    from django.db import connection
+
+    from alkstore_django.models import DeadJob, Job
+
+    with connection.cursor() as cursor:
+        for model in (Job, DeadJob):
+            table = model._meta.db_table
+            if connection.vendor == "postgresql":
+                cursor.execute(f"TRUNCATE {table}")
+            else:
+                cursor.execute(f"DELETE FROM {table}")
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"VACUUM ANALYZE {Job._meta.db_table}")
+
+
+def counts() -> tuple[int, int]:
+    from alkstore_django.models import DeadJob, Job
+
+    return Job.objects.count(), DeadJob.objects.count()
+
+
+def cmd_migrate() -> dict:
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    clear()
+    return {"ok": True}
+
+
+def cmd_enqueue(n: int, batch: int) -> dict:
+    from django.db import connections
+
+    from alkstore_django import store
+
+    clear()
+    q = store.queue("bench.enqueue")
+    q.enqueue({"warm": True})
+    started = time.perf_counter()
+    if batch <= 0:
+        for i in range(n):
+            q.enqueue({"i": i})
+    else:
+        for start in range(0, n, batch):
+            q.enqueue_many([{"i": i} for i in range(start, min(start + batch, n))])
+    elapsed = time.perf_counter() - started
+    live, _ = counts()
+    connections.close_all()
+    assert live == n + 1, (live, n)
+    return {"jobs": n, "seconds": elapsed, "rate": n / elapsed}
+
+
+def worker_command(queue: str, extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "django", "runworker", "--queue", queue, *extra]
+
+
+def worker_env(mark_file: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["BENCH_MARK_FILE"] = mark_file
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def cmd_drain(n: int, procs: int, extra: list[str]) -> dict:
+    """Drain ``n`` no-op jobs with ``procs`` ``runworker --burst`` processes.
+
+    The rate is counted from the first handler start in any process (Django's
+    start-up excluded) to the exit of the last process; ``wall_rate`` counts
+    from the spawn. RSS is each process's peak (``wait4``), so at least its
+    resident size after the drain.
+    """
+    from django.db import connections
+
+    from alkstore_django import store
+
+    clear()
+    q = store.queue("bench.noop")
+    for start in range(0, n, 1000):
+        q.enqueue_many([None] * min(1000, n - start))
+    connections.close_all()
+    tmp = Path(tempfile.mkdtemp(prefix="alkbench-"))
+    children = []
+    spawned = time.monotonic()
+    for index in range(procs):
+        mark = str(tmp / f"mark-{index}")
+        log = open(tmp / f"log-{index}", "w")  # noqa: SIM115
+        children.append(
+            subprocess.Popen(
+                worker_command("bench.noop", ["--burst", *extra]),
+                env=worker_env(mark),
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                cwd=ROOT,
+            )
+        )
+    rss_kb = []
+    codes = []
+    for child in children:
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        codes.append(child.returncode)
+        rss_kb.append(usage.ru_maxrss)
+    ended = time.monotonic()
+    firsts = []
+    for index in range(procs):
+        path = tmp / f"mark-{index}"
+        if path.exists():
+            for line in path.read_text().splitlines():
+                if line.startswith("first "):
+                    firsts.append(float(line.split()[1]))
+    live, dead = counts()
+    connections.close_all()
+    acked = 0
+    for index in range(procs):
+        for line in (tmp / f"log-{index}").read_text().splitlines():
+            if "outcome=acked" in line:
+                acked += 1
+    if codes != [0] * procs or live or dead or not firsts:
+        raise SystemExit(f"drain failed: exit codes {codes}, {live} live, {dead} dead; logs in {tmp}")
+    first = min(firsts)
+    for path in tmp.iterdir():
+        path.unlink()
+    tmp.rmdir()
+    return {
+        "jobs": n,
+        "procs": procs,
+        "seconds": ended - first,
+        "rate": n / (ended - first),
+        "wall_rate": n / (ended - spawned),
+        "logged_acks": acked,
+        "rss_mb": max(rss_kb) / 1024,
+    }
+
+
+def cmd_latency(n: int, extra: list[str]) -> dict:
+    """Enqueue ``n`` jobs one at a time to an idle worker; stamp commit and handler start."""
+    from django.db import connections
+
+    from alkstore_django import store
+
+    clear()
+    tmp = Path(tempfile.mkdtemp(prefix="alkbench-"))
+    mark = tmp / "marks"
+    mark.touch()
+    log = open(tmp / "log", "w")  # noqa: SIM115
+    child = subprocess.Popen(
+        worker_command("bench.latency", extra),
+        env=worker_env(str(mark)),
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+        cwd=ROOT,
+    )
+    q = store.queue("bench.latency")
+
+    def wait_lines(count: int, timeout_s: float) -> list[str]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            lines = mark.read_text().splitlines()
+            if len(lines) >= count or time.monotonic() > deadline:
+                return lines
+            time.sleep(0.01)
+
+    try:
+        # Warm up: the worker is up, listening, and has run a handler.
+        for i in range(5):
+            q.enqueue({"i": -1 - i})
+            wait_lines(i + 1, 60)
+        if len(mark.read_text().splitlines()) < 5:
+            raise SystemExit(f"latency worker never started; log in {tmp}")
+        rng = random.Random(7)
+        committed: dict[int, float] = {}
+        for i in range(n):
+            # Jitter so the arrivals do not beat against any poll period.
+            time.sleep(0.012 + rng.random() * 0.008)
+            q.enqueue({"i": i})
+            committed[i] = time.monotonic()
+        lines = wait_lines(n + 5, 30)
+    finally:
+        child.send_signal(signal.SIGTERM)
+        child.wait(60)
+        connections.close_all()
+    started = {}
+    for line in lines:
+        key, stamp = line.split()
+        started[int(key)] = float(stamp)
+    missing = [i for i in range(n) if i not in started]
+    if missing:
+        raise SystemExit(f"{len(missing)} latency jobs never ran; log in {tmp}")
+    ms = sorted((started[i] - committed[i]) * 1000 for i in range(n))
+    for path in tmp.iterdir():
+        path.unlink()
+    tmp.rmdir()
+    return {
+        "jobs": n,
+        "p50_ms": ms[len(ms) // 2],
+        "p99_ms": ms[min(len(ms) - 1, int(len(ms) * 0.99))],
+        "max_ms": ms[-1],
+    }
+
+
+def main(argv: list[str]) -> None:
+    setup()
+    command, args = argv[0], argv[1:]
+    if command == "migrate":
+        result = cmd_migrate()
+    elif command == "enqueue":
+        result = cmd_enqueue(int(args[0]), int(args[1]))
+    elif command == "drain":
+        result = cmd_drain(int(args[0]), int(args[1]), args[2:])
+    elif command == "latency":
+        result = cmd_latency(int(args[0]), args[1:])
+    else:
+        raise SystemExit(f"unknown workload {command!r}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

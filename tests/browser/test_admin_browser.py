@@ -1,0 +1,194 @@
+"""End to end in a real browser: log in, read the overview, requeue a dead letter, see it run.
+
+Debian's ``chromium`` is driven by Playwright for Python (Playwright cannot
+download its own browser here). The test is skipped, with the reason, only
+when Playwright cannot be imported or the browser cannot be started.
+Screenshots go to a temporary folder; with ``ALKSTORE_SCREENSHOTS=1`` they are
+written to ``docs/img/`` for ``docs/operations.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from alkstore_django import store
+from alkstore_django.models import Job, OutcomeMinute
+from tests.factories import DeadJobFactory, LockFactory, ScheduleFactory
+from tests.testapp.models import Run
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+QUEUE = "t.record"
+PASSWORD = "correct horse battery staple"
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "shop/jobs.py", line 42, in send_receipt\n'
+    "    smtp.send(message)\n"
+    "TimeoutError: SMTP server smtp.example.com did not answer in 30 s"
+)
+
+
+@pytest.fixture
+def screenshots(tmp_path) -> Path:
+    if os.environ.get("ALKSTORE_SCREENSHOTS"):
+        return ROOT / "docs" / "img"
+    return tmp_path
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """Yield a headless Chromium context with an empty profile, or skip saying why.
+
+    Playwright's sync API runs an event loop in this thread while it is open, so
+    the test touches the ORM only before and after (Django refuses sync ORM
+    calls under a running loop).
+    """
+    try:
+        from playwright.sync_api import Error, sync_playwright
+    except ImportError as exc:
+        pytest.skip(f"Playwright for Python is not installed ({exc}): pip install playwright")
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
+    with tempfile.TemporaryDirectory() as profile, sync_playwright() as pw:
+        try:
+            context = pw.chromium.launch_persistent_context(
+                profile,
+                executable_path=CHROMIUM,
+                headless=True,
+                args=CHROMIUM_ARGS,
+                viewport={"width": 1280, "height": 860},
+            )
+        except Error as exc:
+            pytest.skip(f"Chromium at {CHROMIUM} could not be started: {exc}")
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+def populate() -> int:
+    """Fill the tables like a site with some trouble; return the dead letter to requeue."""
+    now = timezone.now()
+    emails = store.queue("emails")
+    emails.enqueue_many([{"to": f"user{i}@example.com"} for i in range(7)])
+    emails.enqueue_many([{"digest": i} for i in range(3)], delay_s=3600)
+    store.queue("thumbnails").enqueue_many([{"image": i} for i in range(4)])
+    for minute in range(1, 60):
+        OutcomeMinute.objects.create(
+            queue="emails",
+            minute=(now - timedelta(minutes=minute)).replace(second=0, microsecond=0),
+            acked=20 + (minute * 7) % 23,
+        )
+    for i in range(12):
+        DeadJobFactory(
+            queue="emails",
+            payload={"to": f"user{i}@example.com", "template": "receipt"},
+            last_error=TRACEBACK,
+            died_at=now - timedelta(minutes=i * 5 + 1),
+        )
+    DeadJobFactory(
+        queue="emails",
+        payload={"to": "mallory@example.com", "html": "<script>alert('hi')</script>"},
+        last_error="ValueError: template rendered <b>unsafe</b> markup",
+    )
+    ScheduleFactory(name="nightly-digest", spec="@every 1d", interval_s=86_400, queue="emails")
+    ScheduleFactory(name="cleanup", spec="@every 15m", interval_s=900, queue="maintenance")
+    LockFactory(name="__alkstore_scheduler", owner="web-1:4242:9f2c", fence=3)
+    LockFactory(name="report-export", expires_at=now - timedelta(minutes=3))
+    target = DeadJobFactory(
+        queue=QUEUE, payload={"order": 1042}, last_error="ConnectionError: payment API down"
+    )
+    return target.id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_operator_requeues_a_dead_letter_and_a_worker_runs_it(
+    live_server, screenshots, python, subprocess_env
+):
+    dead_id = populate()
+    User.objects.create_superuser("operator", "ops@example.com", PASSWORD)
+    with chromium() as browser:
+        drive(browser, live_server.url, dead_id, screenshots, [python], subprocess_env)
+    run = Run.objects.get(job_id=dead_id)
+    assert (run.queue, run.attempt) == (QUEUE, 1)
+    assert not Job.objects.filter(id=dead_id).exists()
+
+
+def drive(
+    browser: Any, base: str, dead_id: int, screenshots: Path, python: list[str], env: dict
+) -> None:
+    """The operator's path through the admin; a worker process runs in the middle."""
+    page = browser.new_page()
+
+    page.goto(f"{base}/admin/login/?next=/admin/alkstore_django/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/alkstore_django/")
+    page.screenshot(path=str(screenshots / "app-index.png"))
+
+    page.click("text=Queue overview")
+    page.wait_for_selector("#alk-queues")
+    row = page.locator(f'tr[data-queue="{QUEUE}"] td')
+    assert row.nth(4).inner_text() == "1"  # one dead letter
+    assert page.locator("#alk-chart rect.acked").count() > 0
+    page.screenshot(path=str(screenshots / "overview.png"), full_page=True)
+
+    page.goto(f"{base}/admin/alkstore_django/deadjob/?queue=emails")
+    page.screenshot(path=str(screenshots / "dead-letters.png"))
+    page.goto(f"{base}/admin/alkstore_django/deadjob/?q=unsafe")
+    page.locator("#result_list tbody a").first.click()
+    page.wait_for_selector("pre")
+    assert "<script>alert('hi')</script>" in page.locator("pre").last.inner_text()
+    assert page.locator("script:has-text('alert')").count() == 0  # shown, never run
+    page.screenshot(path=str(screenshots / "dead-letter-detail.png"), full_page=True)
+
+    page.goto(f"{base}/admin/alkstore_django/deadjob/?queue={QUEUE}")
+    page.check(f'input[name="_selected_action"][value="{dead_id}"]')
+    page.select_option("select[name=action]", "requeue")
+    page.click("button[name=index]")
+    page.wait_for_selector("ul.messagelist")
+    assert "Requeued 1 dead letter(s)" in page.locator("ul.messagelist").inner_text()
+    page.screenshot(path=str(screenshots / "requeued.png"))
+
+    page.goto(f"{base}/admin/alkstore_django/job/")
+    page.screenshot(path=str(screenshots / "live-jobs.png"))
+
+    worker = subprocess.run(
+        [*python, "-m", "django", "runworker", "--queue", QUEUE, "--burst"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert worker.returncode == 0, worker.stderr
+
+    page.goto(f"{base}/admin/alkstore_django/deadjob/overview/")
+    row = page.locator(f'tr[data-queue="{QUEUE}"] td')
+    assert [row.nth(i).inner_text() for i in range(5)] == ["0", "0", "0", "0", "0"]
+    page.screenshot(path=str(screenshots / "overview-after.png"), full_page=True)
+    page.goto(f"{base}/admin/alkstore_django/schedule/")
+    page.screenshot(path=str(screenshots / "schedules.png"))
+    page.goto(f"{base}/admin/alkstore_django/lock/")
+    page.screenshot(path=str(screenshots / "locks.png"))
+    page.close()

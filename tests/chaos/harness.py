@@ -1,0 +1,280 @@
+"""Real processes, the faults done to them, and the exact end-of-scenario accounting.
+
+A scenario starts ``manage.py runworker`` / ``runscheduler`` processes (or a
+small script) on the test database, hurts them, lets them finish, and then
+``account()`` checks every enqueued job against three tables: the live jobs,
+the dead letters, and ``ChaosRun`` (one row per handler run, keyed by job id
+and attempt). A job run more than once must be explained by what happened to
+the worker of every earlier run: it was killed, it logged the claim as lost
+(it was paused, or the database went away, past its lease), or the handler
+asked for a retry.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from alkstore_django.models import DeadJob, Job
+from tests.testapp.models import ChaosRun
+
+LOST_RE = re.compile(r"(?:job id=(\d+) queue=\S+ outcome=lost|claim lost id=(\d+))")
+RETRIED_RE = re.compile(r"job id=(\d+) queue=\S+ outcome=retried")
+ACKED_RE = re.compile(r"job id=(\d+) queue=\S+ outcome=acked")
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.1) -> bool:
+    """Poll ``predicate`` until it is truthy or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+@dataclass
+class Proc:
+    """One child process and the file its output goes to."""
+
+    name: str
+    popen: subprocess.Popen
+    log_path: Path
+    killed: bool = False
+    stopped: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class Fleet:
+    """The scenario's processes: start, kill, stop, restart, and read their logs."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+        self.env = env
+        self.log_dir = log_dir
+        self.procs: list[Proc] = []
+        self.generations: dict[str, int] = defaultdict(int)
+        self.kills = 0
+        self.restarts = 0
+
+    def start(self, name: str, argv: Sequence[str]) -> Proc:
+        """Start ``python argv…`` with its output in ``<log_dir>/<name>.log``."""
+        log_path = self.log_dir / f"{name}.log"
+        with log_path.open("w") as out:
+            popen = subprocess.Popen(
+                [sys.executable, *argv], env=self.env, stdout=out, stderr=subprocess.STDOUT
+            )
+        proc = Proc(name, popen, log_path)
+        self.procs.append(proc)
+        return proc
+
+    def start_worker(
+        self,
+        slot: str,
+        queues: Sequence[str],
+        *,
+        concurrency: int = 4,
+        batch: int | None = None,
+        launcher: Sequence[str] = ("-m", "django"),
+    ) -> Proc:
+        """Start ``runworker`` for ``queues``; its worker id is ``<slot>.g<generation>``."""
+        self.generations[slot] += 1
+        worker_id = f"{slot}.g{self.generations[slot]}"
+        argv = [*launcher, "runworker", "--settings", "tests.settings", "--worker-id", worker_id]
+        argv += ["--concurrency", str(concurrency)]
+        if batch is not None:
+            argv += ["--batch", str(batch)]
+        for queue in queues:
+            argv += ["--queue", queue]
+        return self.start(worker_id, argv)
+
+    def start_scheduler(self, name: str, standby_interval_s: float = 0.5) -> Proc:
+        argv = ["-m", "django", "runscheduler", "--settings", "tests.settings"]
+        argv += ["--standby-interval", str(standby_interval_s)]
+        return self.start(name, argv)
+
+    def live(self) -> list[Proc]:
+        return [p for p in self.procs if p.alive()]
+
+    def by_pid(self, pid: int) -> Proc | None:
+        return next((p for p in self.procs if p.pid == pid), None)
+
+    def kill(self, proc: Proc) -> None:
+        """SIGKILL ``proc``: no handler runs, no claim is released, nothing is flushed."""
+        proc.popen.send_signal(signal.SIGKILL)
+        proc.popen.wait(10)
+        proc.killed = True
+        self.kills += 1
+
+    def pause(self, proc: Proc) -> None:
+        proc.popen.send_signal(signal.SIGSTOP)
+        proc.stopped = True
+
+    def resume(self, proc: Proc) -> None:
+        proc.popen.send_signal(signal.SIGCONT)
+        proc.stopped = False
+
+    def stop(self, proc: Proc, timeout: float = 30.0) -> int:
+        """SIGTERM ``proc`` (resuming it first if paused) and return its exit code."""
+        if proc.stopped:
+            self.resume(proc)
+        if proc.alive():
+            proc.popen.send_signal(signal.SIGTERM)
+        try:
+            return proc.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.popen.kill()
+            return proc.popen.wait(10)
+
+    def stop_all(self, timeout: float = 30.0) -> dict[str, int]:
+        """Stop every live process gracefully; return the exit codes by name."""
+        for proc in self.live():
+            if proc.stopped:
+                self.resume(proc)
+            proc.popen.send_signal(signal.SIGTERM)
+        return {p.name: self.stop(p, timeout) for p in self.procs if not p.killed}
+
+    def cleanup(self) -> None:
+        """Leave no child behind, whatever the test did."""
+        for proc in self.procs:
+            if proc.alive():
+                if proc.stopped:
+                    proc.popen.send_signal(signal.SIGCONT)
+                proc.popen.kill()
+                proc.popen.wait(10)
+
+    def killed_names(self) -> set[str]:
+        return {p.name for p in self.procs if p.killed}
+
+    def logs(self) -> str:
+        return "".join(f"--- {p.name} ---\n{p.log()}" for p in self.procs)
+
+    def tail(self, lines: int = 60) -> str:
+        """The last lines of every log, for assertion messages."""
+        return "".join(
+            f"--- {p.name} (exit {p.popen.poll()}) ---\n"
+            + "\n".join(p.log().splitlines()[-lines:])
+            + "\n"
+            for p in self.procs
+        )
+
+    def ids_logged(self, pattern: re.Pattern[str]) -> dict[str, set[int]]:
+        """Map each process name to the job ids its log matched ``pattern`` for."""
+        found: dict[str, set[int]] = {}
+        for proc in self.procs:
+            ids = set()
+            for match in pattern.finditer(proc.log()):
+                ids.add(int(next(g for g in match.groups() if g)))
+            found[proc.name] = ids
+        return found
+
+
+@dataclass
+class Figures:
+    """What one scenario did and what it found, for the report and docs/reliability.md."""
+
+    scenario: str
+    engine: str
+    enqueued: int = 0
+    acked: int = 0
+    dead: int = 0
+    lost: int = 0
+    double_run: int = 0
+    rerun_after_kill: int = 0
+    rerun_after_lost_claim: int = 0
+    rerun_after_retry: int = 0
+    unexplained: int = 0
+    same_attempt_twice: int = 0
+    kills: int = 0
+    restarts: int = 0
+    seconds: float = 0.0
+    notes: dict[str, object] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def account(
+    scenario: str, engine: str, ids: Sequence[int], fleet: Fleet | None = None
+) -> Figures:
+    """Check every id in ``ids`` against the live table, the dead letters and the runs.
+
+    Acked: gone from both tables after at least one recorded run. Dead: a dead
+    letter with a non-empty reason. Lost: anything else (still live, or gone
+    without a run). Each earlier run of a job run more than once must be
+    explained (kill, lost claim, retry); the rest are counted as unexplained.
+    """
+    wanted = set(ids)
+    figures = Figures(scenario, engine, enqueued=len(wanted))
+    runs: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for job_id, attempt, worker_id, duplicates in ChaosRun.objects.values_list(
+        "job_id", "attempt", "worker_id", "duplicates"
+    ):
+        if job_id in wanted:
+            runs[job_id].append((attempt, worker_id))
+            figures.same_attempt_twice += duplicates
+    live = set(Job.objects.filter(id__in=list(wanted)).values_list("id", flat=True))
+    dead_rows = dict(DeadJob.objects.filter(id__in=list(wanted)).values_list("id", "last_error"))
+    figures.dead = len(dead_rows)
+    for job_id, error in dead_rows.items():
+        if not error:
+            figures.problems.append(f"dead letter {job_id} has no reason")
+    for job_id in wanted - live - set(dead_rows):
+        if runs.get(job_id):
+            figures.acked += 1
+        else:
+            figures.problems.append(f"job {job_id} vanished without a run")
+    lost_ids = sorted(live | {j for j in wanted - live - set(dead_rows) if not runs.get(j)})
+    figures.lost = len(lost_ids)
+    if lost_ids:
+        figures.problems.append(f"lost jobs (first 10): {lost_ids[:10]}")
+    killed = fleet.killed_names() if fleet else set()
+    lost_by = fleet.ids_logged(LOST_RE) if fleet else {}
+    retried_by = fleet.ids_logged(RETRIED_RE) if fleet else {}
+    for job_id, job_runs in runs.items():
+        if len(job_runs) < 2:
+            continue
+        figures.double_run += 1
+        for _attempt, worker in sorted(job_runs)[:-1]:
+            if worker in killed:
+                figures.rerun_after_kill += 1
+            elif job_id in lost_by.get(worker, ()):
+                figures.rerun_after_lost_claim += 1
+            elif job_id in retried_by.get(worker, ()):
+                figures.rerun_after_retry += 1
+            else:
+                figures.unexplained += 1
+                figures.problems.append(f"job {job_id}: run by {worker} repeated unexplained")
+    if figures.same_attempt_twice:
+        figures.problems.append(f"{figures.same_attempt_twice} attempts ran twice")
+    if fleet is not None:
+        figures.kills = fleet.kills
+        figures.restarts = fleet.restarts
+    return figures
+
+
+def drained(queues: Sequence[str]) -> Callable[[], bool]:
+    """Return a predicate: no live job is left in ``queues``."""
+    return lambda: not Job.objects.filter(queue__in=list(queues)).exists()
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() in {"1", "true", "yes"}
