@@ -19,8 +19,10 @@ from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
+from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.text import Truncator
+from django.utils.timezone import localtime
 
 from . import operations
 from .conf import app_settings
@@ -70,10 +72,30 @@ class JobIdSearchMixin:
         return found, may_have_duplicates
 
 
+class DeadQueueFilter(admin.SimpleListFilter):
+    """Filter by queue; the choices come from an index probe per queue, not a full scan."""
+
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = operations.dead_letter_queues(using=app_settings.database)
+        chosen = self.value()
+        # Keep the chosen queue listed after its last dead letter is requeued.
+        if chosen is not None and chosen not in names:
+            names = sorted([*names, chosen])
+        return [(q, q) for q in names]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() is not None:
+            return queryset.filter(queue=self.value())
+        return queryset
+
+
 @admin.register(DeadJob)
 class DeadJobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
     list_display = ("id", "queue", "attempts", "error_preview", "died_at")
-    list_filter = ("queue", ("died_at", DateFieldListFilter))
+    list_filter = (DeadQueueFilter, ("died_at", DateFieldListFilter))
     search_fields = ("last_error",)
     ordering = ("-died_at",)
     list_per_page = 50
@@ -173,9 +195,8 @@ class JobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
         "state",
         "attempts_of_max",
         "run_at",
-        "worker_id",
-        "claim_expires_at",
-        "claim_status",
+        "claimed_by",
+        "claim_deadline",
     )
     list_filter = ("queue", "state", OverdueFilter)
     search_fields = ("worker_id", "last_error")
@@ -215,11 +236,18 @@ class JobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
     def attempts_of_max(self, obj: Job) -> str:
         return f"{obj.attempts}/{obj.max_attempts}"
 
-    @admin.display(description="claim", ordering="is_overdue")
-    def claim_status(self, obj: Job) -> str:
+    @admin.display(description="claimed by", ordering="worker_id")
+    def claimed_by(self, obj: Job) -> str:
+        return obj.worker_id or "-"
+
+    @admin.display(description="claim deadline", ordering="claim_expires_at")
+    def claim_deadline(self, obj: Job) -> str:
+        if obj.claim_expires_at is None:
+            return "-"
+        when = date_format(localtime(obj.claim_expires_at), "DATETIME_FORMAT")
         if getattr(obj, "is_overdue", False):
-            return format_html(MARK, "alk-overdue", "overdue")
-        return "live" if obj.state == JobState.PROCESSING else ""
+            return format_html("{} " + MARK, when, "alk-overdue", "overdue")
+        return when
 
     @admin.display(description="payload")
     def payload_pretty(self, obj: Job) -> str:
@@ -287,3 +315,7 @@ class LockAdmin(AlkstoreModelAdmin):
         if getattr(obj, "is_expired", False):
             return format_html(MARK, "alk-expired", "expired")
         return "held"
+
+
+# Django Tasks results, next to the jobs (kept in their own module).
+from . import tasks_admin  # noqa: E402, F401

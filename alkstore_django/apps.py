@@ -21,3 +21,10 @@ class AlkstoreConfig(AppConfig):
         connection_created.connect(prepare_connection, dispatch_uid="alkstore_prepare")
         setting_changed.connect(reset_on_setting_changed, dispatch_uid="alkstore_reset")
         handlers.autodiscover()
+        import django
+
+        if django.VERSION >= (6, 0):
+            # django.tasks exists only on Django 6: the backend module is imported only there.
+            from .tasks import register_task_runners
+
+            register_task_runners()

@@ -133,6 +133,13 @@ def _move(
     return count
 
 
+def dead_letter_queues(*, using: str | None = None) -> list[str]:
+    """Return the names of the queues that have dead letters, sorted (an index probe each)."""
+    from .dialects.maintenance import maintenance_for
+
+    return maintenance_for(_alias(using)).dead_queues()
+
+
 def delete_dead(ids: Iterable[int], *, using: str | None = None) -> int:
     """Delete the dead letters ``ids`` in one transaction; return how many were deleted."""
     from .dialects.maintenance import maintenance_for

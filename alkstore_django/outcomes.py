@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db.models import Count, Sum
 from django.db.models.functions import TruncMinute
@@ -96,7 +97,7 @@ def recent_outcomes(using: str, minutes: int = 60) -> list[OutcomeBucket]:
         .annotate(n_acked=Sum("acked"), n_retried=Sum("retried"))
         .order_by()
     )
-    finished = {_utc(row["minute"]): row for row in counters}
+    finished: dict[datetime, dict[str, Any]] = {_utc(row["minute"]): dict(row) for row in counters}
     died = (
         DeadJob.objects.using(using)
         .filter(died_at__gte=start)

@@ -27,8 +27,10 @@ from django.db import (
 
 from .conf import app_settings
 from .errors import AlkstoreError, InvalidArgument, LeadershipLost
-from .locks import LockHandle, acquire, default_owner
-from .queues import Queue
+from .locks import LockHandle, acquire, default_owner, validate_owner
+from .models import Schedule
+from .notify import Watcher, notify, open_watcher
+from .queues import Queue, channel_for
 from .records import Schedule as ScheduleRecord
 from .timing import next_boundary_s, parse_spec
 from .validation import (
@@ -45,6 +47,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LEADER_LOCK = "__alkstore_scheduler"
+# schedule() and unschedule() notify here so a PostgreSQL leader wakes at once.
+SCHEDULES_CHANNEL = "__alkstore_schedules"
 LEADER_TTL_S = 10.0
 RENEW_INTERVAL_S = 2.0
 # The sleep is sliced so ``stop`` and a new or changed schedule are seen this fast.
@@ -146,8 +150,6 @@ def schedule(
     transaction. Raises ``InvalidSpec`` (and every other argument error)
     before any database access.
     """
-    from .models import Schedule
-
     store.check_open()
     values = check_schedule(
         name,
@@ -161,6 +163,7 @@ def schedule(
     now = store.dialect.database_now()
     first = _from_epoch(next_boundary_s(now.timestamp(), values["interval_s"]))
     _sql(store).upsert_schedule(values, first)
+    notify(store, SCHEDULES_CHANNEL, name)
     row = Schedule.objects.using(store.using).get(name=name)
     logger.info(
         "schedule registered name=%s spec=%s queue=%s next_run_at=%s",
@@ -174,11 +177,11 @@ def schedule(
 
 def unschedule(store: Store, name: str) -> bool:
     """Delete the schedule ``name``; False when there is none."""
-    from .models import Schedule
-
     store.check_open()
     validate_name("schedule", name)
     deleted, _ = Schedule.objects.using(store.using).filter(name=name).delete()
+    if deleted:
+        notify(store, SCHEDULES_CHANNEL, name)
     return deleted > 0
 
 
@@ -205,17 +208,12 @@ def tick(store: Store, *, leader: LockHandle | None = None) -> int:
     ``next_run_at`` to the first boundary after now. Boundaries past the 64
     are skipped, never fired later.
     """
-    from .models import Schedule
-
     store.check_open()
     dialect = store.dialect
     fired = 0
     with dialect.write_transaction():
         if leader is not None and not leader.renew():
-            raise LeadershipLost(
-                f"Scheduler lock {leader.name!r} was lost by owner {leader.owner!r}: "
-                "another runner leads now."
-            )
+            raise _lost(leader)
         now = dialect.database_now()
         due = (
             Schedule.objects.using(store.using)
@@ -228,10 +226,8 @@ def tick(store: Store, *, leader: LockHandle | None = None) -> int:
     return fired
 
 
-def _fire(store: Store, row: Any, now: datetime) -> int:
+def _fire(store: Store, row: Schedule, now: datetime) -> int:
     """Enqueue ``row``'s elapsed boundaries and advance it; part of the tick's transaction."""
-    from .models import Schedule
-
     now_s = now.timestamp()
     elapsed = math.floor((now_s - row.next_run_at.timestamp()) / row.interval_s) + 1
     count = min(elapsed, MAX_FIRES_PER_TICK)
@@ -285,26 +281,45 @@ def run_schedules(store: Store, stop: threading.Event, *, owner: str | None = No
     firing anything more, when the lock is refused or a renewal finds it lost.
     """
     store.check_open()
-    owner = default_owner() if owner is None else owner
+    owner = default_owner() if owner is None else validate_owner(owner)
     held = acquire(store, LEADER_LOCK, ttl_s=LEADER_TTL_S, owner=owner)
     if held is None:
         raise LeadershipLost(
             f"Scheduler lock {LEADER_LOCK!r} is held by another runner: standing by."
         )
     logger.info("scheduler leading owner=%s fence=%d", owner, held.fence)
+    watcher = _open_wakeups(store)
     try:
         register_declared(store)
         while not stop.is_set():
             if not connections[store.using].in_atomic_block:
                 close_old_connections()
             tick(store, leader=held)
-            _sleep(store, stop, held)
+            _sleep(store, stop, held, watcher)
     finally:
+        if watcher is not None:
+            watcher.close()
         _release(held)
 
 
-def _sleep(store: Store, stop: threading.Event, held: LockHandle) -> None:
-    """Sleep until the soonest schedule is due (at most 60 s), renewing every 2 s."""
+def _open_wakeups(store: Store) -> Watcher | None:
+    """Return a LISTEN on the schedules channel on PostgreSQL; None on SQLite.
+
+    SQLite has no NOTIFY: there the per-second read of the soonest
+    ``next_run_at`` in ``_sleep`` is what notices a new or changed schedule.
+    """
+    if store.dialect.vendor != "postgresql":
+        return None
+    return open_watcher(store, [channel_for(SCHEDULES_CHANNEL)], app_settings.listen_database)
+
+
+def _sleep(store: Store, stop: threading.Event, held: LockHandle, watcher: Watcher | None) -> None:
+    """Sleep until the soonest schedule is due (at most 60 s), renewing every 2 s.
+
+    Each slice re-reads the soonest ``next_run_at``, so a schedule registered,
+    changed or resumed meanwhile (even from the admin, which sends no
+    notification) is noticed within a slice.
+    """
     started = renewed = time.monotonic()
     sql = _sql(store)
     while not stop.is_set():
@@ -315,7 +330,12 @@ def _sleep(store: Store, stop: threading.Event, held: LockHandle) -> None:
         )
         if remaining <= 0:
             return
-        if stop.wait(min(remaining, SLEEP_SLICE_S)):
+        slice_s = min(remaining, SLEEP_SLICE_S)
+        if watcher is not None:
+            watcher.wait(slice_s)
+        else:
+            stop.wait(slice_s)
+        if stop.is_set():
             return
         if time.monotonic() - renewed >= RENEW_INTERVAL_S:
             if not held.renew():

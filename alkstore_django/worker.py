@@ -37,6 +37,12 @@ logger = logging.getLogger(__name__)
 # renewals can fail before a running job could be handed to another worker.
 HEARTBEAT_FRACTION = 1 / 3
 OUTCOME_FLUSH_INTERVAL_S = 1.0
+# Finished jobs' acks wait for the next claim (one commit for both) at most
+# this long before they are written on their own.
+ACK_LINGER_S = 0.02
+# Jobs held under claim per handler thread when --batch is not given: enough
+# that a claim round trip overlaps with running what is already held.
+DEFAULT_PREFETCH = 8
 DB_RETRY_MAX_S = 5.0
 STOP_CHECK_S = 0.25
 
@@ -108,7 +114,10 @@ class Worker:
         names = list(queues) if queues else self.handlers.queues()
         self.queue_names = names
         self.concurrency = max(1, concurrency)
-        self.capacity = max(self.concurrency, batch or self.concurrency * 4)
+        self.capacity = max(self.concurrency, batch or self.concurrency * DEFAULT_PREFETCH)
+        # Refill once a quarter of the capacity is free: claims come in batches
+        # while the rest of what is held keeps the threads busy.
+        self._refill_at = max(1, self.capacity // 4)
         self.worker_id = worker_id or default_worker_id()
         self.burst = burst
         self.grace_s = grace_s
@@ -120,6 +129,9 @@ class Worker:
         self._work: queue_module.SimpleQueue[Held | None] = queue_module.SimpleQueue()
         self._done: queue_module.SimpleQueue[Outcome] = queue_module.SimpleQueue()
         self._unsettled: list[Outcome] = []
+        self._acks: list[Outcome] = []
+        self._acks_since = 0.0
+        self._next_beat = float("inf")
         self._counts: Counter[tuple[str, str]] = Counter()
         self._wake = threading.Event()
         self._halt = threading.Event()
@@ -174,11 +186,13 @@ class Worker:
                 self._wake.clear()
                 try:
                     self._settle()
-                    self._heartbeat()
+                    if time.monotonic() >= self._next_beat:
+                        self._heartbeat()
                     if time.monotonic() >= next_sweep:
                         self._sweep()
                         next_sweep = time.monotonic() + self.sweep_interval_s
                     claimed, drained = self._fill()
+                    self._flush_acks(force=drained)
                     if claimed and not drained:
                         continue
                     if self.burst and drained and not self._held:
@@ -195,10 +209,9 @@ class Worker:
         return self.stats
 
     def _idle_timeout(self, drained: bool) -> float:
-        timeout = self.poll_interval_s
-        now = time.monotonic()
-        for held in self._held.values():
-            timeout = min(timeout, max(held.next_heartbeat_at - now, 0.0))
+        timeout = min(self.poll_interval_s, max(self._next_beat - time.monotonic(), 0.0))
+        if self._acks:
+            timeout = min(timeout, ACK_LINGER_S)
         if drained and len(self._held) < self.capacity:
             due = self.store.dialect.next_due_at([q.name for q in self._queues])
             if due is not None:
@@ -206,32 +219,51 @@ class Worker:
         return max(timeout, 0.0)
 
     def _fill(self) -> tuple[int, bool]:
-        """Claim up to free capacity across the queues; return (claimed, all drained)."""
-        free = self.capacity - len(self._held)
+        """Claim up to free capacity across the queues; return (claimed, all drained).
+
+        The acks waiting in ``_acks`` ride the first claim: one statement and
+        one commit settle the finished jobs and claim the next ones.
+        """
+        # Jobs whose ack is waiting are finished: their slots are free.
+        free = self.capacity - len(self._held) + len(self._acks)
         # Claiming one job at a time would cost a round trip per job: wait for
         # a quarter of the capacity to free up unless the worker is idle.
-        if free <= 0 or (self._held and free < max(1, self.capacity // 4)):
+        if free <= 0 or (len(self._held) > len(self._acks) and free < self._refill_at):
             return 0, False
         claimed = 0
         drained = True
         count = len(self._queues)
+        dialect = self.store.dialect
         for offset in range(count):
             q = self._queues[(self._rr + offset) % count]
-            want = self.capacity - len(self._held)
+            want = self.capacity - len(self._held) + len(self._acks)
             if want <= 0:
                 drained = False
                 break
-            handles = q.claim_batch(self.worker_id, want)
-            if len(handles) == want:
+            acks, self._acks = self._acks, []
+            fences = [(o.held.handle.job.id, o.held.handle.job.attempts) for o in acks]
+            try:
+                acked, jobs = dialect.claim_and_ack(
+                    q.name, self.worker_id, want, self.worker_id, fences
+                )
+            except BaseException:
+                # Nothing was committed: the acks are tried again.
+                self._acks = acks + self._acks
+                raise
+            if acks:
+                self._report_acks(acks, set(acked))
+            if len(jobs) == want:
                 drained = False
             now = time.monotonic()
             func = self.handlers.get(q.name)
-            for handle in handles:
-                interval = handle.job.visibility_timeout_s * HEARTBEAT_FRACTION
-                held = Held(handle=handle, handler=func, next_heartbeat_at=now + interval)  # type: ignore[arg-type]
-                self._held[handle.job.id] = held
+            for job in jobs:
+                handle = JobHandle(q, job)
+                beat_at = now + job.visibility_timeout_s * HEARTBEAT_FRACTION
+                held = Held(handle=handle, handler=func, next_heartbeat_at=beat_at)  # type: ignore[arg-type]
+                self._next_beat = min(self._next_beat, beat_at)
+                self._held[job.id] = held
                 self._work.put(held)
-            claimed += len(handles)
+            claimed += len(jobs)
         self._rr += 1
         return claimed, drained
 
@@ -244,7 +276,10 @@ class Worker:
                 connections.close_all()
                 return
             self._done.put(self._run_one(held))
-            self._wake.set()
+            # Wake the main thread when it has a batch to settle and claim, or
+            # when this thread is about to go idle; not once per job.
+            if self._work.empty() or self._done.qsize() >= self._refill_at:
+                self._wake.set()
 
     def _run_one(self, held: Held) -> Outcome:
         held.started_at = time.monotonic()
@@ -307,30 +342,59 @@ class Worker:
             self._flush_counts()
 
     def _apply(self, outcomes: list[Outcome]) -> None:
-        acks = [o for o in outcomes if o.kind == "ack"]
-        if acks:
-            self._apply_acks(acks)
+        # Plain acks wait for the next claim (see _fill); acks whose handler
+        # writes a result, and failures, are applied here, each in its own
+        # transaction with its hook.
+        hooked = []
         for outcome in outcomes:
             if outcome.kind != "ack":
                 self._apply_failure(outcome)
-            self._held.pop(outcome.held.handle.job.id, None)
+                self._held.pop(outcome.held.handle.job.id, None)
+            elif hasattr(outcome.held.handler, "on_acked"):
+                hooked.append(outcome)
+            else:
+                if not self._acks:
+                    self._acks_since = time.monotonic()
+                self._acks.append(outcome)
+        if hooked:
+            self._apply_hooked_acks(hooked)
 
-    def _apply_acks(self, acks: list[Outcome]) -> None:
+    def _apply_hooked_acks(self, acks: list[Outcome]) -> None:
         dialect = self.store.dialect
         fences = [(o.held.handle.job.id, o.held.handle.job.attempts) for o in acks]
-        hooked = [o for o in acks if hasattr(o.held.handler, "on_acked")]
-        if hooked:
-            # Results are written in the ack's own transaction: never lost, never doubled.
-            with transaction.atomic(using=self.store.using):
-                acked = set(dialect.ack_fenced(self.worker_id, fences))
-                for outcome in hooked:
-                    if outcome.held.handle.job.id in acked:
-                        outcome.held.handler.on_acked(outcome.held.handle.job, outcome.value)  # type: ignore[attr-defined]
-        else:
+        # Results are written in the ack's own transaction: never lost, never doubled.
+        with transaction.atomic(using=self.store.using):
             acked = set(dialect.ack_fenced(self.worker_id, fences))
+            for outcome in acks:
+                if outcome.held.handle.job.id in acked:
+                    outcome.held.handler.on_acked(outcome.held.handle.job, outcome.value)  # type: ignore[attr-defined]
+        self._report_acks(acks, acked)
+
+    def _flush_acks(self, force: bool = False) -> None:
+        """Write the waiting acks on their own when no claim is coming to carry them."""
+        if not self._acks:
+            return
+        if not force and (
+            len(self._acks) < self._refill_at and time.monotonic() - self._acks_since < ACK_LINGER_S
+        ):
+            return
+        acks, self._acks = self._acks, []
+        fences = [(o.held.handle.job.id, o.held.handle.job.attempts) for o in acks]
+        try:
+            acked = set(self.store.dialect.ack_fenced(self.worker_id, fences))
+        except BaseException:
+            self._acks = acks + self._acks
+            raise
+        self._report_acks(acks, acked)
+
+    def _report_acks(self, acks: list[Outcome], acked: set[int]) -> None:
+        """Log committed acks (only once they are durable) and free their slots."""
+        held = self._held
         for outcome in acks:
-            outcome.held.handle.mark_spent()
-            self._log(outcome, "acked" if outcome.held.handle.job.id in acked else "lost")
+            handle = outcome.held.handle
+            handle.mark_spent()
+            held.pop(handle.job.id, None)
+            self._log(outcome, "acked" if handle.job.id in acked else "lost")
 
     def _apply_failure(self, outcome: Outcome) -> None:
         handle = outcome.held.handle
@@ -396,8 +460,10 @@ class Worker:
 
     def _heartbeat(self) -> None:
         now = time.monotonic()
+        self._next_beat = float("inf")
         for held in list(self._held.values()):
             if held.next_heartbeat_at > now or held.handle.spent:
+                self._next_beat = min(self._next_beat, held.next_heartbeat_at)
                 continue
             vt = held.handle.job.visibility_timeout_s
             held.next_heartbeat_at = now + vt * HEARTBEAT_FRACTION
@@ -410,6 +476,7 @@ class Worker:
                 )
                 # Stop renewing; the handler's outcome will be logged as lost.
                 held.next_heartbeat_at = float("inf")
+            self._next_beat = min(self._next_beat, held.next_heartbeat_at)
 
     def _sweep(self) -> None:
         for q in self._queues:
@@ -449,13 +516,22 @@ class Worker:
         while self._held and time.monotonic() < deadline:
             try:
                 self._settle()
+                self._flush_acks(force=True)
                 self._heartbeat()
             except DatabaseError as exc:
                 self._database_down(exc)
             self._wake.wait(min(0.1, max(deadline - time.monotonic(), 0.0)))
             self._wake.clear()
+        try:
+            self._flush_acks(force=True)
+        except DatabaseError:
+            logger.warning("could not write the last acks; their claims will lapse", exc_info=True)
+        finished = {o.held.handle.job.id for o in self._acks}
         for held in list(self._held.values()):
-            self._release(held)
+            # A finished job whose ack could not be written is not released
+            # (that would run it again at once); its claim lapses instead.
+            if held.handle.job.id not in finished:
+                self._release(held)
         try:
             self._flush_counts()
         except DatabaseError:

@@ -138,14 +138,15 @@ def main() -> int:
     setup_django()
     from django.db import connection
 
-    print(f"PostgreSQL {connection.pg_version}; {args.jobs} jobs x {args.runs} runs, batch {args.batch}")
+    version = connection.pg_version
+    print(f"PostgreSQL {version}; {args.jobs} jobs x {args.runs} runs, batch {args.batch}")
     results = [
         figure("10k pending", 10_000, 0, args.jobs, args.runs, args.batch),
         figure("1M pending + 1M dead", 1_000_000, 1_000_000, args.jobs, args.runs, args.batch),
     ]
-    print(f"{'backlog in other queues':<26}{'median jobs/s':>15}{'min–max':>20}")
+    print(f"{'backlog in other queues':<26}{'median jobs/s':>15}{'min-max':>20}")
     for r in results:
-        spread = f"{r['min_jobs_per_s']:.0f}–{r['max_jobs_per_s']:.0f}"
+        spread = f"{r['min_jobs_per_s']:.0f}-{r['max_jobs_per_s']:.0f}"
         print(f"{r['figure']:<26}{r['median_jobs_per_s']:>15.0f}{spread:>20}")
     ratio = results[0]["median_jobs_per_s"] / results[1]["median_jobs_per_s"]
     print(f"10k/1M ratio: {ratio:.2f} (target <= 1.5)")

@@ -6,6 +6,7 @@ Usage (the settings select the engine through ``BENCH_DATABASE_URL``)::
     python -m bench.workloads enqueue N BATCH        # BATCH 0 = one by one, autocommit
     python -m bench.workloads drain N PROCS [runworker args...]
     python -m bench.workloads latency N
+    python -m bench.workloads backlog PENDING DEAD JOBS RUNS
 
 Each prints one JSON object on its last line of stdout.
 """
@@ -152,7 +153,9 @@ def cmd_drain(n: int, procs: int, extra: list[str]) -> dict:
             if "outcome=acked" in line:
                 acked += 1
     if codes != [0] * procs or live or dead or not firsts:
-        raise SystemExit(f"drain failed: exit codes {codes}, {live} live, {dead} dead; logs in {tmp}")
+        raise SystemExit(
+            f"drain failed: exit codes {codes}, {live} live, {dead} dead; logs in {tmp}"
+        )
     first = min(firsts)
     for path in tmp.iterdir():
         path.unlink()
@@ -234,6 +237,84 @@ def cmd_latency(n: int, extra: list[str]) -> dict:
     }
 
 
+def fill_backlog(pending: int, dead: int) -> None:
+    """Write ``pending`` due rows over ten other queues and ``dead`` dead letters.
+
+    PostgreSQL reuses ``bench/claim_backlog.py``'s fill; SQLite builds the
+    same rows with a recursive CTE.
+    """
+    from django.db import connection
+
+    from alkstore_django.models import DeadJob, Job
+
+    if connection.vendor == "postgresql":
+        from bench.claim_backlog import fill
+
+        fill(pending, dead)
+        return
+    job, dead_table = Job._meta.db_table, DeadJob._meta.db_table
+    series = "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < %s) "
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {job}")
+        cursor.execute(f"DELETE FROM {dead_table}")
+        cursor.execute(
+            f"INSERT INTO {job} (queue, payload, priority, run_at, attempts, max_attempts, "
+            "visibility_timeout_s, retry_base_s, state, enqueued_at) "
+            f"{series}SELECT 'other-' || (n %% 10), json_object('n', n), n %% 5, "
+            "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('-%%d seconds', n %% 86400)), "
+            "0, 3, 300, 5, 'pending', strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') FROM g",
+            [pending],
+        )
+        if dead:
+            cursor.execute(
+                f"INSERT INTO {dead_table} (id, queue, payload, priority, run_at, attempts, "
+                "max_attempts, visibility_timeout_s, retry_base_s, worker_id, enqueued_at, "
+                f"last_error, died_at) {series}SELECT -n, 'other-' || (n %% 10), '{{}}', 0, "
+                "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now'), 3, 3, 300, 5, 'w', "
+                "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now'), 'max attempts exceeded', "
+                "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('-%%d seconds', n %% 86400)) "
+                "FROM g",
+                [dead],
+            )
+        cursor.execute("ANALYZE")
+
+
+def cmd_backlog(pending: int, dead: int, jobs: int, runs: int) -> dict:
+    """Time the worker's claim+ack cycle, one job per cycle, behind a backlog.
+
+    Each cycle is the worker's own statement: ack the previous job (fenced)
+    and claim the next one, so the figure is the cost of one claim+ack.
+    """
+    from django.db import connections
+
+    from alkstore_django import store
+
+    started = time.perf_counter()
+    fill_backlog(pending, dead)
+    fill_s = time.perf_counter() - started
+    q = store.queue("bench.claim")
+    dialect = store.dialect
+    rates = []
+    for _ in range(runs):
+        for start in range(0, jobs, 1000):
+            q.enqueue_many([{"n": i} for i in range(start, min(start + 1000, jobs))])
+        fences: list[tuple[int, int]] = []
+        done = 0
+        started = time.perf_counter()
+        while True:
+            acked, claimed = dialect.claim_and_ack("bench.claim", "bench", 1, "bench", fences)
+            done += len(acked)
+            if not claimed:
+                break
+            fences = [(job.id, job.attempts) for job in claimed]
+        elapsed = time.perf_counter() - started
+        if done != jobs:
+            raise SystemExit(f"backlog run acked {done} of {jobs} jobs")
+        rates.append(jobs / elapsed)
+    connections.close_all()
+    return {"pending": pending, "dead": dead, "jobs": jobs, "rates": rates, "fill_s": fill_s}
+
+
 def main(argv: list[str]) -> None:
     setup()
     command, args = argv[0], argv[1:]
@@ -245,6 +326,8 @@ def main(argv: list[str]) -> None:
         result = cmd_drain(int(args[0]), int(args[1]), args[2:])
     elif command == "latency":
         result = cmd_latency(int(args[0]), args[1:])
+    elif command == "backlog":
+        result = cmd_backlog(int(args[0]), int(args[1]), int(args[2]), int(args[3]))
     else:
         raise SystemExit(f"unknown workload {command!r}")
     print(json.dumps(result))

@@ -76,6 +76,10 @@ case " $ENGINES " in *" postgresql "*)
   fi ;;
 esac
 
+# The admin browser test drives Debian's chromium (Playwright cannot download a browser here).
+command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+  || echo "!! could not install chromium: the admin browser test will be skipped"
+
 LINT_VENV=${VENVS[0]}
 echo "== ruff check / ruff format --check"
 "$LINT_VENV/bin/ruff" check .

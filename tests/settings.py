@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import django
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -66,3 +67,17 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"alkstore_django": {"handlers": ["console"], "level": "INFO"}},
 }
+
+if django.VERSION >= (6, 0):
+    # Django's Tasks framework on alkstore (tests/tasks). "retry" turns retries on.
+    TASKS = {
+        "default": {
+            "BACKEND": "alkstore_django.tasks.AlkstoreBackend",
+            "QUEUES": ["default", "tasks-retry", "tasks-kill"],
+        },
+        "retry": {
+            "BACKEND": "alkstore_django.tasks.AlkstoreBackend",
+            "QUEUES": ["tasks-retry"],
+            "OPTIONS": {"max_attempts": 3},
+        },
+    }

@@ -94,6 +94,18 @@ class SqliteDialect(Dialect):
             return sorted(row[0] for row in cursor.fetchall())
 
     def claim(self, queue: str, worker_id: str, n: int) -> list[JobRecord]:
+        return self.claim_and_ack(queue, worker_id, n, "", ())[1]
+
+    def claim_and_ack(
+        self,
+        queue: str,
+        worker_id: str,
+        n: int,
+        ack_worker_id: str,
+        fences: Sequence[tuple[int, int]],
+    ) -> tuple[list[int], list[JobRecord]]:
+        # The acks ride the claim's write transaction: one commit (one WAL
+        # sync) per worker cycle instead of two.
         lapsed = "queue = %s AND state = 'processing' AND claim_expires_at <= %s"
         # The unary + keeps run_at out of index selection: otherwise, after ANALYZE,
         # SQLite picks alk_job_due (queue, run_at) and sorts every ready row in a
@@ -105,8 +117,12 @@ class SqliteDialect(Dialect):
             "AND +run_at <= %s AND (expires_at IS NULL OR expires_at > %s) "
             f"ORDER BY priority DESC, run_at, id LIMIT %s) RETURNING {JOB_SELECT}"
         )
+        acked: list[int] = []
         with self.write_transaction() as cursor:
             now = self._read_now(cursor)
+            if fences:
+                cursor.execute(self._ack_sql("%s"), [self._fence_json(fences), ack_worker_id, now])
+                acked = [row[0] for row in cursor.fetchall()]
             self._bury(
                 cursor, f"{lapsed} AND attempts >= max_attempts", [queue, now],
                 "max attempts exceeded", now,
@@ -120,7 +136,7 @@ class SqliteDialect(Dialect):
             rows = cursor.fetchall()
         jobs = [self.job_from_row(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
-        return jobs
+        return acked, jobs
 
     @staticmethod
     def _bury(cursor: Any, where: str, params: list[Any], error: str, now: str) -> int:
@@ -147,14 +163,21 @@ class SqliteDialect(Dialect):
             cursor.execute(sql, [json.dumps(list(ids)), queue])
             return cursor.rowcount
 
-    def ack_fenced(self, worker_id: str, fences: Sequence[tuple[int, int]]) -> list[int]:
-        sql = (
+    @staticmethod
+    def _ack_sql(now: str) -> str:
+        return (
             f"DELETE FROM {J} WHERE (id, attempts) IN (SELECT json_extract(value, '$[0]'), "
             "json_extract(value, '$[1]') FROM json_each(%s)) AND worker_id = %s "
-            f"AND state = 'processing' AND claim_expires_at > {NOW} RETURNING id"
+            f"AND state = 'processing' AND claim_expires_at > {now} RETURNING id"
         )
+
+    @staticmethod
+    def _fence_json(fences: Sequence[tuple[int, int]]) -> str:
+        return json.dumps([[job_id, attempts] for job_id, attempts in fences])
+
+    def ack_fenced(self, worker_id: str, fences: Sequence[tuple[int, int]]) -> list[int]:
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [json.dumps([list(f) for f in fences]), worker_id])
+            cursor.execute(self._ack_sql(NOW), [self._fence_json(fences), worker_id])
             return [row[0] for row in cursor.fetchall()]
 
     def notify(self, channel: str, payload: str) -> None:

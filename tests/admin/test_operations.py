@@ -152,3 +152,9 @@ def test_prune_outcomes__drops_rows_older_than_a_day():
     record_outcomes(connection.alias, {"new.q": (1, 0, 0)})
     assert prune_outcomes(connection.alias) == 1
     assert list(OutcomeMinute.objects.values_list("queue", flat=True)) == ["new.q"]
+
+
+def test_dead_letter_queues__lists_each_queue_once_sorted():
+    DeadJobFactory.create_batch(3, queue="q.b")
+    DeadJobFactory(queue="q.a")
+    assert operations.dead_letter_queues() == ["q.a", "q.b"]

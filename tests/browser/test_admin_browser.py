@@ -25,6 +25,7 @@ from django.utils import timezone
 from alkstore_django import store
 from alkstore_django.models import Job, OutcomeMinute
 from tests.factories import DeadJobFactory, LockFactory, ScheduleFactory
+from tests.helpers import lapse_claim
 from tests.testapp.models import Run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +77,7 @@ def chromium() -> Iterator[Any]:
                 executable_path=CHROMIUM,
                 headless=True,
                 args=CHROMIUM_ARGS,
-                viewport={"width": 1280, "height": 860},
+                viewport={"width": 1440, "height": 860},
             )
         except Error as exc:
             pytest.skip(f"Chromium at {CHROMIUM} could not be started: {exc}")
@@ -93,6 +94,11 @@ def populate() -> int:
     emails.enqueue_many([{"to": f"user{i}@example.com"} for i in range(7)])
     emails.enqueue_many([{"digest": i} for i in range(3)], delay_s=3600)
     store.queue("thumbnails").enqueue_many([{"image": i} for i in range(4)])
+    reports = store.queue("reports")
+    reports.enqueue_many([{"report": i} for i in range(3)])
+    stuck = reports.claim_one("web-2:3117:a1f0")
+    reports.claim_one("web-1:2240:9c3e")
+    lapse_claim(stuck.job.id, seconds_ago=240)
     for minute in range(1, 60):
         OutcomeMinute.objects.create(
             queue="emails",
@@ -149,6 +155,7 @@ def drive(
 
     page.click("text=Queue overview")
     page.wait_for_selector("#alk-queues")
+    page.click("#toggle-nav-sidebar")  # more room for the tables in the screenshots
     row = page.locator(f'tr[data-queue="{QUEUE}"] td')
     assert row.nth(4).inner_text() == "1"  # one dead letter
     assert page.locator("#alk-chart rect.acked").count() > 0

@@ -51,6 +51,7 @@ class Proc:
     log_path: Path
     killed: bool = False
     stopped: bool = False
+    terminated: bool = False
 
     @property
     def pid(self) -> int:
@@ -61,6 +62,11 @@ class Proc:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def ready(self) -> bool:
+        """True once the process has logged that its loop runs (signals are handled)."""
+        log = self.log()
+        return "worker started" in log or "scheduler " in log
 
 
 class Fleet:
@@ -123,6 +129,14 @@ class Fleet:
         proc.killed = True
         self.kills += 1
 
+    def reap(self) -> list[Proc]:
+        """Return the processes that died on their own since the last call, counted as kills."""
+        dead = [p for p in self.procs if not p.alive() and not p.killed and not p.terminated]
+        for proc in dead:
+            proc.killed = True
+            self.kills += 1
+        return dead
+
     def pause(self, proc: Proc) -> None:
         proc.popen.send_signal(signal.SIGSTOP)
         proc.stopped = True
@@ -135,8 +149,10 @@ class Fleet:
         """SIGTERM ``proc`` (resuming it first if paused) and return its exit code."""
         if proc.stopped:
             self.resume(proc)
-        if proc.alive():
+        if proc.alive() and not proc.terminated:
+            # Once only: a second SIGTERM tells runworker to leave at once.
             proc.popen.send_signal(signal.SIGTERM)
+            proc.terminated = True
         try:
             return proc.popen.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -144,11 +160,17 @@ class Fleet:
             return proc.popen.wait(10)
 
     def stop_all(self, timeout: float = 30.0) -> dict[str, int]:
-        """Stop every live process gracefully; return the exit codes by name."""
+        """Stop every live process gracefully; return the exit codes by name.
+
+        A process still booting has no signal handler yet, so each is first
+        given up to ``timeout`` seconds to come up.
+        """
+        wait_for(lambda: all(p.ready() for p in self.live()), timeout)
         for proc in self.live():
             if proc.stopped:
                 self.resume(proc)
             proc.popen.send_signal(signal.SIGTERM)
+            proc.terminated = True
         return {p.name: self.stop(p, timeout) for p in self.procs if not p.killed}
 
     def cleanup(self) -> None:
@@ -212,9 +234,7 @@ class Figures:
         return asdict(self)
 
 
-def account(
-    scenario: str, engine: str, ids: Sequence[int], fleet: Fleet | None = None
-) -> Figures:
+def account(scenario: str, engine: str, ids: Sequence[int], fleet: Fleet | None = None) -> Figures:
     """Check every id in ``ids`` against the live table, the dead letters and the runs.
 
     Acked: gone from both tables after at least one recorded run. Dead: a dead

@@ -63,18 +63,17 @@ def test_runscheduler__fails_over_on_sigkill_and_releases_on_sigterm(
             )
         procs[proc.pid] = proc
     try:
-        first = wait_for(leader_pid, 15)
+        first = wait_for(leader_pid, 30)  # three Django start-ups
         assert first in procs, f"no runscheduler took leadership:\n{logs(tmp_path)}"
         assert wait_for(lambda: fired_after(0), 5), "the leader did not fire"
 
         # SIGTERM: the leader releases at once and exits 0; a standby takes
         # over within its retry interval, long before the 10 s lease would lapse.
-        stopped_at = time.monotonic()
         procs[first].send_signal(signal.SIGTERM)
-        assert procs[first].wait(timeout=5) == 0
+        assert procs[first].wait(timeout=10) == 0
+        assert leader_pid() != first, "the lease outlived the process that held it"
         second = wait_for(lambda: (pid := leader_pid()) not in (None, first) and pid, 5)
         assert second in procs
-        assert time.monotonic() - stopped_at < 3.0
 
         # SIGKILL: nothing is released; the last standby fires the next boundary
         # once the lease lapses: within the TTL and a few seconds.
@@ -89,7 +88,7 @@ def test_runscheduler__fails_over_on_sigkill_and_releases_on_sigterm(
         assert leader_pid() == third
 
         procs[third].send_signal(signal.SIGTERM)
-        assert procs[third].wait(timeout=5) == 0
+        assert procs[third].wait(timeout=10) == 0
         assert leader_pid() is None
     finally:
         for proc in procs.values():

@@ -23,7 +23,7 @@ def main() -> None:
     django.setup()
     from alkstore_django import store
 
-    open(f"{go_file}.ready-{worker_id}", "w").close()  # noqa: SIM115
+    open(f"{go_file}.ready-{worker_id}", "w").close()
     deadline = time.monotonic() + 30
     while not os.path.exists(go_file):
         if time.monotonic() > deadline:

@@ -57,8 +57,8 @@ def test_enqueue__uses_the_database_clock_for_enqueued_at():
     before = db_now()
     job = store.get_job(store.queue("clock").enqueue({}))
     after = db_now()
-    assert before - timedelta(milliseconds=2) <= job.enqueued_at <= after + timedelta(
-        milliseconds=2
+    assert (
+        before - timedelta(milliseconds=2) <= job.enqueued_at <= after + timedelta(milliseconds=2)
     )
 
 
@@ -75,9 +75,7 @@ def test_enqueue__run_at_is_stored_as_given():
 
 
 def test_enqueue__run_at_in_another_zone_is_the_same_instant():
-    at = datetime(2031, 5, 6, 9, 8, 9, tzinfo=UTC).astimezone(
-        datetime.now(UTC).astimezone().tzinfo
-    )
+    at = datetime(2031, 5, 6, 9, 8, 9, tzinfo=UTC).astimezone(datetime.now(UTC).astimezone().tzinfo)
     job = store.get_job(store.queue("clock").enqueue({}, run_at=at))
     assert job.run_at == at
 
@@ -121,9 +119,7 @@ def test_enqueue__max_attempts_and_priority_override_one_job_only():
     assert (normal.max_attempts, normal.priority) == (4, 1)
 
 
-@override_settings(
-    ALKSTORE={"QUEUES": {"emails": {"visibility_timeout_s": 30, "max_attempts": 5}}}
-)
+@override_settings(ALKSTORE={"QUEUES": {"emails": {"visibility_timeout_s": 30, "max_attempts": 5}}})
 def test_queue__derives_its_defaults_from_the_queues_setting():
     emails = store.get_job(store.queue("emails").enqueue({}))
     other = store.get_job(store.queue("other").enqueue({}))

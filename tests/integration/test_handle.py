@@ -198,9 +198,7 @@ def retry_delays(n, **opts):
     for handle in handles:
         assert handle.retry("again") is True
     now = db_now()
-    return [
-        round((store.get_job(h.job.id).run_at - now).total_seconds() + 0.25) for h in handles
-    ]
+    return [round((store.get_job(h.job.id).run_at - now).total_seconds() + 0.25) for h in handles]
 
 
 def test_backoff__first_retry_spreads_uniformly_over_half_to_full_base():
@@ -221,9 +219,7 @@ def test_backoff__doubles_with_each_attempt():
     for handle in handles:
         handle.retry()
     now = db_now()
-    delays = [
-        round((store.get_job(h.job.id).run_at - now).total_seconds() + 0.25) for h in handles
-    ]
+    delays = [round((store.get_job(h.job.id).run_at - now).total_seconds() + 0.25) for h in handles]
     # attempt 3, base 4: d = 16 -> [8, 16]
     assert min(delays) >= 8 and max(delays) <= 16
     assert len(set(delays)) >= 5

@@ -233,3 +233,25 @@ def test_try_lock__is_exclusive_under_concurrent_processes(subprocess_env, pytho
     assert sorted(outcomes) == ["lost"] * 5 + ["won"]
     owner = Lock.objects.get(name="contended").owner
     assert outcomes[int(owner.split("-")[1])] == "won"
+
+
+def test_closed_store__refuses_locks_schedules_and_outboxes(django_assert_num_queries):
+    from alkstore_django import Store
+    from alkstore_django.errors import StoreClosed
+
+    closed = Store()
+    held = closed.try_lock("report", ttl_s=60)
+    closed.close()
+
+    with django_assert_num_queries(0):
+        for call in (
+            lambda: closed.try_lock("report", ttl_s=60),
+            held.renew,
+            held.release,
+            lambda: closed.schedule("beat", "@every 1s", "beats"),
+            lambda: closed.unschedule("beat"),
+            lambda: closed.outbox("webhooks"),
+            lambda: closed.run_schedules(threading.Event()),
+        ):
+            with pytest.raises(StoreClosed):
+                call()

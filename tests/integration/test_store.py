@@ -72,12 +72,15 @@ def messages(**alkstore):
 
 
 def test_checks__pass_for_a_good_configuration():
-    assert messages(
-        DATABASE="default",
-        QUEUES={"emails": {"visibility_timeout_s": 30, "max_attempts": 5}},
-        POLL_INTERVAL_S=2.5,
-        MAX_PAYLOAD_BYTES=1024,
-    ) == []
+    assert (
+        messages(
+            DATABASE="default",
+            QUEUES={"emails": {"visibility_timeout_s": 30, "max_attempts": 5}},
+            POLL_INTERVAL_S=2.5,
+            MAX_PAYLOAD_BYTES=1024,
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize(
@@ -102,7 +105,8 @@ def test_checks__name_the_bad_key(alkstore, shown, check_id):
 
 
 def test_check_command__fails_naming_the_bad_key():
-    with override_settings(ALKSTORE={"MAX_PAYLOAD_BYTES": -1}), pytest.raises(
-        SystemCheckError, match="MAX_PAYLOAD_BYTES"
+    with (
+        override_settings(ALKSTORE={"MAX_PAYLOAD_BYTES": -1}),
+        pytest.raises(SystemCheckError, match="MAX_PAYLOAD_BYTES"),
     ):
         call_command("check")

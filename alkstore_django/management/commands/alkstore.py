@@ -66,7 +66,7 @@ class Command(BaseCommand):
         if not stats:
             self.stdout.write("No queues.")
             return
-        table = [COLUMNS]
+        table: list[tuple[str, ...]] = [COLUMNS]
         for s in stats:
             counts = (s.pending, s.scheduled, s.processing, s.overdue, s.dead)
             table.append((s.queue, *map(str, counts), format_age(s.oldest_pending_age_s)))

@@ -1,0 +1,228 @@
+"""The handler that runs Django Tasks jobs in the worker and writes their results.
+
+Split from ``tasks`` (the backend); Django 6.0+ only, like it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime, timedelta
+from traceback import format_exception
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.tasks import TaskContext, TaskResult, task_backends
+from django.tasks.exceptions import InvalidTask
+from django.tasks.signals import task_finished, task_started
+
+from .conf import app_settings
+from .errors import Fail
+from .models import TaskResult as TaskResultRow
+from .models import TaskStatus
+from .records import Job
+from .store import get_store
+from .tasks import (
+    PRUNE_INTERVAL_S,
+    AlkstoreBackend,
+    TaskCall,
+    build_result,
+    exception_class_path,
+    json_roundtrip,
+    lost_error,
+    missing_errors,
+    prune_results,
+    rebuild_task,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def _claimed_at(job: Job) -> datetime:
+    """Return when this attempt's claim was taken, on the database clock."""
+    if job.claim_expires_at is None:
+        return job.enqueued_at
+    return job.claim_expires_at - timedelta(seconds=job.visibility_timeout_s)
+
+
+class TaskRunner:
+    """The handler registered on every Tasks queue: runs the task, writes its result.
+
+    ``__call__`` runs on a worker thread; ``on_acked``/``on_failed`` run in the
+    transaction that applies the outcome, only when it took effect, so a result
+    is never lost or written twice. ``task_finished`` is sent from there.
+    """
+
+    def __init__(self) -> None:
+        self._last_prune: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"{__name__}.task_runner"
+
+    def __call__(self, job: Job, using: str | None = None) -> Any:
+        """Run the task of ``job`` (the attempt it was claimed at); return its JSON value."""
+        call = TaskCall.from_payload(job.payload)
+        if call is None:
+            raise Fail(f"Job {job.id} on queue {job.queue!r} is not a Django Tasks job.")
+        backend = task_backends[call.backend]
+        task = rebuild_task(call, job)
+        row = self._record_start(job, call, using or app_settings.database)
+        result = build_result(task, job.id, call, row=row, running=True)
+        _send_robust(task_started, type(backend), result)
+        if task.takes_context:
+            raw = task.call(TaskContext(task_result=result), *call.args, **call.kwargs)
+        else:
+            raw = task.call(*call.args, **call.kwargs)
+        # A value JSON cannot hold is the task's failure, with its own traceback.
+        return json_roundtrip(raw)
+
+    def _record_start(self, job: Job, call: TaskCall, using: str) -> TaskResultRow:
+        claimed_at = _claimed_at(job)
+        attempt = max(job.attempts, 1)
+        fresh = {
+            "backend": call.backend,
+            "queue": job.queue,
+            "task_path": call.path,
+            "args": call.args,
+            "kwargs": call.kwargs,
+            "priority": job.priority,
+            "run_after": call.run_after,
+            "status": TaskStatus.RUNNING,
+            "return_value": None,
+            "errors": [],
+            "worker_ids": [],
+            "enqueued_at": job.enqueued_at,
+            "started_at": claimed_at,
+            "last_attempted_at": claimed_at,
+            "finished_at": None,
+        }
+        rows = TaskResultRow.objects.using(using)
+        with transaction.atomic(using=using):
+            # Write first: on SQLite a transaction that reads before it writes can fail busy.
+            try:
+                with transaction.atomic(using=using):
+                    rows.create(id=job.id, **fresh)
+            except IntegrityError:
+                pass
+            row = rows.select_for_update().get(id=job.id)
+            changes: dict[str, Any]
+            if attempt == 1 or row.status in {TaskStatus.SUCCESSFUL, TaskStatus.FAILED}:
+                # A first attempt (or a requeued dead letter) starts a fresh record.
+                changes = dict(fresh)
+            else:
+                changes = {"status": TaskStatus.RUNNING, "last_attempted_at": claimed_at}
+                changes["errors"] = row.errors + missing_errors(
+                    row.errors, attempt - 1, row.worker_ids, "its claim lapsed"
+                )
+                changes["worker_ids"] = list(row.worker_ids)
+            ids: list[str] = changes["worker_ids"]
+            ids += ["unknown"] * (attempt - len(ids))
+            ids[attempt - 1] = job.worker_id or "unknown"
+            del ids[attempt:]
+            rows.filter(id=job.id).update(**changes)
+            for name, value in changes.items():
+                setattr(row, name, value)
+        return row
+
+    def on_acked(self, job: Job, value: Any, using: str | None = None) -> None:
+        """Record SUCCESSFUL with the return value, in the ack's transaction."""
+        self._settle(job, using, TaskStatus.SUCCESSFUL, value=value)
+
+    def on_failed(
+        self,
+        job: Job,
+        exc: BaseException | None,
+        error: str | None,
+        exhausted: bool,
+        using: str | None = None,
+    ) -> None:
+        """Record the attempt's error; FAILED when no attempt is left."""
+        if exc is not None:
+            entry = {
+                "attempt": job.attempts,
+                "exception_class_path": exception_class_path(exc),
+                "traceback": "".join(format_exception(exc)),
+            }
+        else:
+            entry = lost_error(job.attempts, job.worker_id or "unknown", error or "failed")
+        status = TaskStatus.FAILED if exhausted else TaskStatus.READY
+        self._settle(job, using, status, error=entry, exc=exc)
+
+    def _settle(
+        self,
+        job: Job,
+        using: str | None,
+        status: str,
+        *,
+        value: Any = None,
+        error: dict[str, Any] | None = None,
+        exc: BaseException | None = None,
+    ) -> None:
+        using = using or app_settings.database
+        call = TaskCall.from_payload(job.payload)
+        if call is None:
+            return
+        rows = TaskResultRow.objects.using(using)
+        row = rows.select_for_update().filter(id=job.id).first()
+        if row is None:
+            # The attempt failed before its start was recorded (say, the database blinked).
+            row = self._record_start(job, call, using)
+        finished = status in {TaskStatus.SUCCESSFUL, TaskStatus.FAILED}
+        changes: dict[str, Any] = {"status": status}
+        if error is not None:
+            changes["errors"] = [e for e in row.errors if e.get("attempt") != job.attempts]
+            changes["errors"].append(error)
+        if finished:
+            now = get_store(using).dialect.database_now()
+            changes["finished_at"] = max(now, row.last_attempted_at or now)
+            changes["return_value"] = value
+        rows.filter(id=job.id).update(**changes)
+        for name, new in changes.items():
+            setattr(row, name, new)
+        if finished:
+            backend = task_backends[call.backend]
+            if isinstance(backend, AlkstoreBackend):
+                self._prune(backend, using)
+            try:
+                task = rebuild_task(call, job)
+            except (ImportError, ValueError, TypeError, InvalidTask):
+                logger.warning("task_finished not sent id=%s: task %s", job.id, call.path)
+                return
+            result = build_result(task, job.id, call, row=row)
+            _send_finished(type(backend), result, exc)
+
+    def _prune(self, backend: AlkstoreBackend, using: str) -> None:
+        retention = backend.result_retention_s
+        if retention is None:
+            return
+        with self._lock:
+            key = f"{using}:{backend.alias}"
+            if time.monotonic() - self._last_prune.get(key, float("-inf")) < PRUNE_INTERVAL_S:
+                return
+            self._last_prune[key] = time.monotonic()
+        prune_results(backend, using=using)
+
+
+def _send_finished(sender: type, result: TaskResult, exc: BaseException | None) -> None:
+    """Send ``task_finished``; a failure is sent inside its ``except`` so receivers see exc_info."""
+    if exc is None:
+        _send_robust(task_finished, sender, result)
+        return
+    try:
+        raise exc
+    except BaseException:  # noqa: BLE001 - re-raised only to set exc_info for the receivers
+        _send_robust(task_finished, sender, result)
+
+
+def _send_robust(signal: Any, sender: type, result: TaskResult) -> None:
+    # A receiver's error must not undo the outcome's transaction (or stop the worker).
+    for receiver, response in signal.send_robust(sender, task_result=result):
+        if isinstance(response, Exception):
+            logger.error(
+                "task signal receiver %r raised id=%s", receiver, result.id, exc_info=response
+            )
+
+
+task_runner = TaskRunner()

@@ -1,0 +1,445 @@
+"""Django's Tasks framework on alkstore queues (Django 6.0+ only).
+
+``TASKS = {"default": {"BACKEND": "alkstore_django.tasks.AlkstoreBackend"}}``
+makes every ``@task`` an alkstore job: ``queue_name`` is the queue,
+``priority`` the priority, ``run_after`` the job's ``run_at``; the payload is
+the task's import path, its JSON arguments and the backend alias. The result
+id is the job id, so ``get_result`` follows a job while it is live, after it
+died and after it finished.
+
+Nothing else in the app imports this module on Django 5.2, where it cannot be
+imported (``django.tasks`` does not exist there).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.db import transaction
+from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import TaskError
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.utils.dateparse import parse_datetime
+from django.utils.json import normalize_json
+from django.utils.module_loading import import_string
+
+from .conf import app_settings
+from .errors import AlkstoreError
+from .handlers import registry
+from .models import DeadJob, TaskStatus
+from .models import Job as JobRow
+from .models import TaskResult as TaskResultRow
+from .store import Store, get_store
+from .validation import validate_name
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_ATTEMPTS = 1  # Django's semantics: a raising task is FAILED.
+DEFAULT_RESULT_RETENTION_S = 604_800.0
+PRUNE_INTERVAL_S = 60.0
+OPTION_NAMES = frozenset({"max_attempts", "result_retention_s"})
+MAX_JOB_ID = 2**63 - 1
+
+
+class TaskLost(Exception):
+    """The attempt ended without an outcome: its worker stopped, or the job was removed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlkstoreTask(Task):
+    """A Task that may carry its own ``max_attempts`` (``@task(max_attempts=5)``).
+
+    ``None`` means the backend's ``OPTIONS["max_attempts"]`` (1 by default).
+    """
+
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True)
+class TaskCall:
+    """What a Tasks job's payload says: which task, its arguments, which backend."""
+
+    path: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    backend: str
+    run_after: datetime | None = None
+
+    @classmethod
+    def from_payload(cls, payload: Any) -> TaskCall | None:
+        """Return the call a payload describes, or None when it is not a Tasks payload."""
+        if not isinstance(payload, dict) or not isinstance(payload.get("task"), str):
+            return None
+        args, kwargs = payload.get("args", []), payload.get("kwargs", {})
+        backend = payload.get("backend")
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            return None
+        if not isinstance(backend, str):
+            return None
+        raw = payload.get("run_after")
+        run_after = parse_datetime(raw) if isinstance(raw, str) else None
+        return cls(payload["task"], args, kwargs, backend, run_after)
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "task": self.path,
+            "args": self.args,
+            "kwargs": self.kwargs,
+            "backend": self.backend,
+            "run_after": None if self.run_after is None else self.run_after.isoformat(),
+        }
+
+
+def json_roundtrip(value: Any) -> Any:
+    # normalize_json keeps non-string dict keys; what is stored is what JSON gives back.
+    return json.loads(json.dumps(normalize_json(value)))
+
+
+def exception_class_path(exc: BaseException) -> str:
+    kind = type(exc)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def lost_error(attempt: int, worker_id: str, why: str) -> dict[str, Any]:
+    path = f"{TaskLost.__module__}.{TaskLost.__qualname__}"
+    message = f"attempt {attempt} on worker {worker_id!r} ended without an outcome ({why})"
+    return {"attempt": attempt, "exception_class_path": path, "traceback": f"{path}: {message}\n"}
+
+
+class AlkstoreBackend(BaseTaskBackend):
+    """Run Django Tasks as alkstore jobs: leases, crash recovery, retries, dead letters.
+
+    ``OPTIONS``: ``max_attempts`` (default 1: a raising task is FAILED, as in
+    Django; more turns on retries with the queue's backoff) and
+    ``result_retention_s`` (default 7 days; ``None`` keeps results forever).
+    Jobs and results live in ``ALKSTORE["DATABASE"]``. The constructor and
+    validation never touch the database.
+    """
+
+    task_class = AlkstoreTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    @property
+    def store(self) -> Store:
+        return get_store()
+
+    @property
+    def max_attempts(self) -> int:
+        return int(self.options.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
+
+    @property
+    def result_retention_s(self) -> float | None:
+        value = self.options.get("result_retention_s", DEFAULT_RESULT_RETENTION_S)
+        return None if value is None else float(value)
+
+    def queue_names(self) -> list[str]:
+        """Return the queues this backend's tasks may use (its runners listen on them)."""
+        return sorted(self.queues) or ["default"]
+
+    def validate_task(self, task: Task) -> None:
+        """Django's checks, plus a per-task ``max_attempts`` of at least 1 (no database)."""
+        super().validate_task(task)
+        attempts = getattr(task, "max_attempts", None)
+        if attempts is not None and (
+            isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1
+        ):
+            raise InvalidTask(
+                f"Invalid max_attempts {attempts!r}: expected a whole number of at least 1."
+            )
+
+    # --- enqueue -----------------------------------------------------------------
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        """Write the task as a job and return its READY result (id = the job id).
+
+        Inside ``transaction.atomic()`` the job joins the caller's transaction.
+        Arguments that are not JSON raise ``TypeError`` before anything is written.
+        """
+        self.validate_task(task)
+        call = TaskCall(
+            path=task.module_path,
+            args=json_roundtrip(list(args)),
+            kwargs=json_roundtrip(dict(kwargs)),
+            backend=self.alias,
+            run_after=task.run_after,
+        )
+        max_attempts = getattr(task, "max_attempts", None) or self.max_attempts
+        store = self.store
+        queue = store.queue(task.queue_name)
+        # Read back in the same transaction: a fast worker may have run the job already.
+        with transaction.atomic(using=store.using):
+            job_id = queue.enqueue(
+                call.to_payload(),
+                run_at=task.run_after,
+                priority=task.priority,
+                max_attempts=max_attempts,
+            )
+            enqueued_at = (
+                JobRow.objects.using(store.using)
+                .filter(id=job_id)
+                .values_list("enqueued_at", flat=True)
+                .get()
+            )
+        result: TaskResult = TaskResult(
+            task=task,
+            id=str(job_id),
+            status=TaskResultStatus.READY,
+            enqueued_at=enqueued_at,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=call.args,
+            kwargs=call.kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    # --- results -----------------------------------------------------------------
+
+    def get_result(self, result_id: Any) -> TaskResult:
+        """Rebuild the result of job ``result_id`` from its live row, dead letter or result.
+
+        Unknown, malformed, or another backend's ids raise ``TaskResultDoesNotExist``.
+        """
+        job_id = _parse_id(result_id)
+        using = self.store.using
+        live = JobRow.objects.using(using).filter(id=job_id).first()
+        dead = None if live is not None else DeadJob.objects.using(using).filter(id=job_id).first()
+        row = TaskResultRow.objects.using(using).filter(id=job_id).first()
+        source = live or dead
+        if source is not None:
+            call = TaskCall.from_payload(source.payload)
+        elif row is not None:
+            call = TaskCall(row.task_path, row.args, row.kwargs, row.backend, row.run_after)
+        else:
+            call = None
+        if call is None or call.backend != self.alias:
+            raise TaskResultDoesNotExist(f"No task result with id {result_id!r}.")
+        try:
+            task = rebuild_task(call, source or row)
+        except (ImportError, ValueError, TypeError, InvalidTask) as exc:
+            raise TaskResultDoesNotExist(
+                f"Task result {result_id!r} names task {call.path!r}, which cannot be "
+                f"rebuilt: {exc}"
+            ) from exc
+        return build_result(task, job_id, call, live=live, dead=dead, row=row)
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """Check the backend's OPTIONS and QUEUES without touching the database."""
+        messages: list[checks.CheckMessage] = []
+        if "alkstore_django" not in settings.INSTALLED_APPS:
+            messages.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}] uses AlkstoreBackend but 'alkstore_django' is not "
+                    "installed.",
+                    hint="Add 'alkstore_django' to INSTALLED_APPS and run migrate.",
+                    id="alkstore.E101",
+                )
+            )
+        for name in sorted(set(self.options) - OPTION_NAMES):
+            messages.append(
+                checks.Error(
+                    f"Unknown TASKS[{self.alias!r}]['OPTIONS'] key {name!r}.",
+                    hint=f"Expected one of {', '.join(sorted(OPTION_NAMES))}.",
+                    id="alkstore.E102",
+                )
+            )
+        attempts = self.options.get("max_attempts", DEFAULT_MAX_ATTEMPTS)
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            messages.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}]['OPTIONS']['max_attempts'] is {attempts!r}.",
+                    hint="Use a whole number of at least 1 (1 turns retries off).",
+                    id="alkstore.E103",
+                )
+            )
+        retention = self.options.get("result_retention_s", DEFAULT_RESULT_RETENTION_S)
+        if retention is not None and (
+            isinstance(retention, bool) or not isinstance(retention, int | float) or retention <= 0
+        ):
+            messages.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}]['OPTIONS']['result_retention_s'] is {retention!r}.",
+                    hint="Use a positive number of seconds, or None to keep results forever.",
+                    id="alkstore.E103",
+                )
+            )
+        for name in self.queue_names():
+            try:
+                validate_name("queue", name)
+            except AlkstoreError as exc:
+                messages.append(
+                    checks.Error(str(exc), hint="Rename the queue.", id="alkstore.E104")
+                )
+        return messages
+
+
+def _parse_id(result_id: Any) -> int:
+    text = str(result_id) if isinstance(result_id, str | int) else ""
+    if isinstance(result_id, bool) or not text.isascii() or not text.isdigit():
+        raise TaskResultDoesNotExist(f"No task result with id {result_id!r}.")
+    job_id = int(text)
+    if not 0 < job_id <= MAX_JOB_ID:
+        raise TaskResultDoesNotExist(f"No task result with id {result_id!r}.")
+    return job_id
+
+
+def rebuild_task(call: TaskCall, source: Any) -> Task:
+    """Return the Task as it was enqueued: the imported task with the stored overrides."""
+    found = import_string(call.path)
+    if not isinstance(found, Task):
+        raise TypeError(f"{call.path!r} is not a Task.")
+    return replace(
+        found,
+        priority=source.priority,
+        queue_name=source.queue,
+        run_after=call.run_after,
+        backend=call.backend,
+    )
+
+
+def _errors(entries: list[dict[str, Any]]) -> list[TaskError]:
+    ordered = sorted(entries, key=lambda e: e.get("attempt", 0))
+    return [
+        TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"])
+        for e in ordered
+    ]
+
+
+def build_result(
+    task: Task,
+    job_id: int,
+    call: TaskCall,
+    *,
+    live: JobRow | None = None,
+    dead: DeadJob | None = None,
+    row: TaskResultRow | None = None,
+    running: bool = False,
+) -> TaskResult:
+    """Derive a TaskResult: a live job says READY/RUNNING, else the result, else the dead letter."""
+    errors = list(row.errors) if row is not None else []
+    worker_ids = list(row.worker_ids) if row is not None else []
+    enqueued_at = (live or dead or row).enqueued_at  # type: ignore[union-attr]
+    started_at = row.started_at if row is not None else None
+    last_attempted_at = row.last_attempted_at if row is not None else None
+    finished_at = None
+    value = None
+    if running:
+        # The view of an attempt being started, for its context and task_started.
+        status = TaskResultStatus.RUNNING
+    elif live is not None:
+        status = TaskResultStatus.RUNNING if live.state == "processing" else TaskResultStatus.READY
+        lapsed = live.claim_expires_at is not None and live.claim_expires_at <= _db_now(live)
+        if status == TaskResultStatus.RUNNING and lapsed:
+            # Its worker is gone: the next claim re-runs it, or dead-letters it when exhausted.
+            status = TaskResultStatus.READY
+            if live.attempts >= live.max_attempts:
+                status = TaskResultStatus.FAILED
+                finished_at = live.claim_expires_at
+                errors += missing_errors(errors, live.attempts, worker_ids, "its claim lapsed")
+    elif row is not None and row.status in {TaskStatus.SUCCESSFUL, TaskStatus.FAILED}:
+        status = TaskResultStatus(row.status)
+        finished_at = row.finished_at
+        value = row.return_value
+    elif dead is not None:
+        status = TaskResultStatus.FAILED
+        finished_at = dead.died_at
+        why = f"the job was dead-lettered: {dead.last_error!r}"
+        errors += missing_errors(errors, dead.attempts, worker_ids, why)
+    else:
+        # The job was cancelled, or its dead letter purged, before it reported an outcome.
+        status = TaskResultStatus.FAILED
+        finished_at = row.last_attempted_at if row is not None else None
+        attempts = max(len(worker_ids), 1)
+        errors += missing_errors(errors, attempts, worker_ids, "the job was removed")
+    result: TaskResult = TaskResult(
+        task=task,
+        id=str(job_id),
+        status=status,
+        enqueued_at=enqueued_at,
+        started_at=started_at,
+        finished_at=finished_at,
+        last_attempted_at=last_attempted_at,
+        args=call.args,
+        kwargs=call.kwargs,
+        backend=call.backend,
+        errors=_errors(errors),
+        worker_ids=worker_ids,
+    )
+    if status == TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", value)
+    return result
+
+
+def missing_errors(
+    errors: list[dict[str, Any]], attempts: int, worker_ids: list[str], why: str
+) -> list[dict[str, Any]]:
+    """Return a TaskLost entry for every attempt up to ``attempts`` that has no error."""
+    seen = {e.get("attempt") for e in errors}
+    return [
+        lost_error(n, worker_ids[n - 1] if n <= len(worker_ids) else "unknown", why)
+        for n in range(1, attempts + 1)
+        if n not in seen
+    ]
+
+
+def _db_now(row: Any) -> datetime:
+    return get_store(row._state.db).dialect.database_now()
+
+
+def prune_results(backend: AlkstoreBackend, using: str | None = None) -> int:
+    """Delete ``backend``'s finished results older than its retention; return how many."""
+    retention = backend.result_retention_s
+    if retention is None:
+        return 0
+    using = using or app_settings.database
+    cutoff = get_store(using).dialect.database_now() - timedelta(seconds=retention)
+    deleted, _ = (
+        TaskResultRow.objects.using(using)
+        .filter(backend=backend.alias, finished_at__lt=cutoff)
+        .delete()
+    )
+    return deleted
+
+
+def alkstore_backends() -> list[AlkstoreBackend]:
+    """Return every configured Tasks backend that is an ``AlkstoreBackend``."""
+    found: list[AlkstoreBackend] = []
+    for alias, params in (getattr(settings, "TASKS", {}) or {}).items():
+        try:
+            backend_class = import_string(params.get("BACKEND", ""))
+        except ImportError:
+            continue  # Django's own check reports a backend that cannot be imported.
+        if isinstance(backend_class, type) and issubclass(backend_class, AlkstoreBackend):
+            backend = task_backends[alias]
+            if isinstance(backend, AlkstoreBackend):
+                found.append(backend)
+    return found
+
+
+def register_task_runners() -> None:
+    """Register the task runner on every queue of every ``AlkstoreBackend`` in ``TASKS``.
+
+    Called by ``AppConfig.ready()`` on Django 6; ``runworker`` then runs the
+    Tasks queues like any other. A queue that already has another handler
+    raises ``InvalidArgument``.
+    """
+    from .task_runner import task_runner
+
+    for backend in alkstore_backends():
+        for name in backend.queue_names():
+            registry.register(name, task_runner)

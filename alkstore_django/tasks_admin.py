@@ -1,0 +1,105 @@
+"""The admin for Django Tasks results, next to the live jobs and dead letters.
+
+Registered from ``admin.py``; it needs only the model, so it works on Django
+5.2 too (where the table is simply empty).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+
+from .conf import app_settings
+from .models import DeadJob, Job, TaskResult
+
+
+@admin.register(TaskResult)
+class TaskResultAdmin(admin.ModelAdmin):
+    """Read-only: results are written by the worker in the outcome's transaction."""
+
+    list_display = ("id", "task_path", "status", "backend", "queue", "enqueued_at", "finished_at")
+    list_filter = ("status", "backend", "queue")
+    search_fields = ("task_path",)
+    ordering = ("-id",)
+    list_per_page = 50
+    show_full_result_count = False
+    readonly_fields = (
+        "id",
+        "job",
+        "task_path",
+        "status",
+        "backend",
+        "queue",
+        "priority",
+        "run_after",
+        "args_pretty",
+        "kwargs_pretty",
+        "return_value_pretty",
+        "errors_pretty",
+        "worker_ids",
+        "enqueued_at",
+        "started_at",
+        "last_attempted_at",
+        "finished_at",
+    )
+    fields = readonly_fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).using(app_settings.database)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet, search_term: str
+    ) -> tuple[QuerySet, bool]:
+        found, duplicates = super().get_search_results(request, queryset, search_term)
+        if search_term.strip().isdigit():
+            found = found | queryset.filter(id=int(search_term.strip()))
+        return found, duplicates
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="job")
+    def job(self, obj: TaskResult) -> str:
+        """Link to the job while it is live or dead-lettered (same id)."""
+        using = app_settings.database
+        for model, state in ((Job, "live"), (DeadJob, "dead letter")):
+            if model.objects.using(using).filter(id=obj.id).exists():
+                meta = model._meta
+                url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.id])
+                return format_html('<a href="{}">{} {}</a>', url, state, obj.id)
+        return "gone (acked, or dead letter purged)"
+
+    @admin.display(description="args")
+    def args_pretty(self, obj: TaskResult) -> str:
+        return _pre(obj.args)
+
+    @admin.display(description="kwargs")
+    def kwargs_pretty(self, obj: TaskResult) -> str:
+        return _pre(obj.kwargs)
+
+    @admin.display(description="return value")
+    def return_value_pretty(self, obj: TaskResult) -> str:
+        return _pre(obj.return_value)
+
+    @admin.display(description="errors (one per failed attempt)")
+    def errors_pretty(self, obj: TaskResult) -> str:
+        text = "\n".join(
+            f"attempt {e.get('attempt', '?')}: {e.get('exception_class_path')}\n"
+            f"{e.get('traceback', '')}"
+            for e in obj.errors or []
+        )
+        return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', text)
+
+
+def _pre(value: Any) -> str:
+    pretty = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', pretty)

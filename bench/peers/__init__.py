@@ -1,0 +1,1 @@
+"""Small drivers that run the bench workloads on peers (installed in .venv-peers) and a floor."""

@@ -1,0 +1,364 @@
+"""Run every alkstore benchmark on PostgreSQL and SQLite (and, with --peers, the peers).
+
+    python bench/run.py [--peers] [--quick] [--runs N] [--engines postgresql,sqlite]
+
+Each figure is the median of N runs (default 3) with the min-max; the command
+prints one table and one JSON line per figure. It creates and migrates its own
+databases: PostgreSQL ``alk_bench`` (``BENCH_PG_URL``, default
+postgres://postgres@127.0.0.1:5432/alk_bench) and the SQLite file
+``.test-db/alk_bench.sqlite3``. ``--peers`` installs procrastinate and
+django-tasks-db into ``.venv-peers`` (never a dependency of the package) and
+runs the same workloads on them and on a raw-psycopg floor. See
+docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/alk_bench")
+SQLITE_PATH = ROOT / ".test-db" / "alk_bench.sqlite3"
+PEERS_VENV = ROOT / ".venv-peers"
+PEER_REQUIREMENTS = [
+    "procrastinate>=3.10,<4",
+    "django-tasks-db>=0.13,<0.14",
+    "Django>=6.0,<6.2",
+    "psycopg[binary]>=3.2",
+]
+
+
+@dataclass
+class Figure:
+    """One measured figure: its runs, and the target it is held to (if any)."""
+
+    name: str
+    system: str
+    engine: str
+    unit: str
+    values: list[float] = field(default_factory=list)
+    target: str = ""
+    ok: bool | None = None
+    note: str = ""
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values) if self.values else float("nan")
+
+    def as_json(self) -> str:
+        return json.dumps(
+            {
+                "figure": self.name,
+                "system": self.system,
+                "engine": self.engine,
+                "unit": self.unit,
+                "median": round(self.median, 3),
+                "min": round(min(self.values), 3) if self.values else None,
+                "max": round(max(self.values), 3) if self.values else None,
+                "runs": [round(v, 3) for v in self.values],
+                "target": self.target or None,
+                "met": self.ok,
+                "note": self.note or None,
+            }
+        )
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def run_json(command: list[str], env: dict[str, str], timeout_s: float = 600) -> dict:
+    """Run one measurement subprocess; return the JSON object on its last stdout line."""
+    done = subprocess.run(
+        command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s
+    )
+    if done.returncode != 0:
+        raise SystemExit(
+            f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+        )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def base_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+    return env
+
+
+def pg_database(url: str, name: str | None = None, fresh: bool = True) -> str:
+    """(Re)create a PostgreSQL database for the bench; return its URL."""
+    import psycopg
+
+    parts = urlsplit(url)
+    if name is not None:
+        parts = parts._replace(path=f"/{name}")
+    db = parts.path.lstrip("/")
+    admin = urlunsplit(parts._replace(scheme="postgresql", path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if fresh:
+            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db]).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{db}"')
+    return urlunsplit(parts)
+
+
+@dataclass
+class Sizes:
+    enqueue_one: int
+    enqueue_100: int
+    enqueue_1000: int
+    drain: int
+    latency: int
+    backlog_small: int
+    backlog_large: int
+    backlog_jobs: int
+    peer_drain: int
+    slow_peer_drain: int
+
+    @classmethod
+    def for_mode(cls, quick: bool) -> Sizes:
+        if quick:
+            return cls(300, 5_000, 20_000, 5_000, 100, 10_000, 100_000, 300, 1_000, 300)
+        return cls(2_000, 20_000, 50_000, 20_000, 500, 10_000, 1_000_000, 1_000, 3_000, 1_000)
+
+
+def alkstore_figures(engine: str, url: str, sizes: Sizes, runs: int) -> list[Figure]:
+    """Run every alkstore workload on one engine."""
+    env = base_env()
+    env["BENCH_DATABASE_URL"] = url
+    py = [sys.executable, "-m", "bench.workloads"]
+    run_json([*py, "migrate"], env)
+    figures: list[Figure] = []
+
+    def add(name: str, unit: str, target: str = "") -> Figure:
+        fig = Figure(name, "alkstore", engine, unit, target=target)
+        figures.append(fig)
+        return fig
+
+    one = add("enqueue one by one", "jobs/s")
+    b100 = add("enqueue_many(100)", "jobs/s")
+    b1000 = add("enqueue_many(1000)", "jobs/s", ">= 20000")
+    for _ in range(runs):
+        one.values.append(run_json([*py, "enqueue", str(sizes.enqueue_one), "0"], env)["rate"])
+        b100.values.append(run_json([*py, "enqueue", str(sizes.enqueue_100), "100"], env)["rate"])
+        b1000.values.append(
+            run_json([*py, "enqueue", str(sizes.enqueue_1000), "1000"], env)["rate"]
+        )
+    log(f"{engine}: enqueue done")
+    is_pg = engine == "postgresql"
+    d1 = add(f"drain {sizes.drain} no-op, 1 process", "jobs/s", ">= 3000" if is_pg else "")
+    d4 = add(f"drain {sizes.drain} no-op, 4 processes", "jobs/s", ">= 6000" if is_pg else "")
+    rss = add("worker RSS after drain (peak)", "MB", "< 80")
+    for _ in range(runs):
+        for procs, fig in ((1, d1), (4, d4)):
+            result = run_json([*py, "drain", str(sizes.drain), str(procs)], env)
+            fig.values.append(result["rate"])
+            if procs == 1:
+                rss.values.append(result["rss_mb"])
+    log(f"{engine}: drain done")
+    p50 = add(f"pickup latency p50 ({sizes.latency} jobs)", "ms", "<= 3" if is_pg else "<= 15")
+    p99 = add(f"pickup latency p99 ({sizes.latency} jobs)", "ms", "<= 15" if is_pg else "")
+    for _ in range(runs):
+        result = run_json([*py, "latency", str(sizes.latency)], env)
+        p50.values.append(result["p50_ms"])
+        p99.values.append(result["p99_ms"])
+    log(f"{engine}: latency done")
+    small = add(f"claim+ack, {sizes.backlog_small // 1000}k pending elsewhere", "cycles/s")
+    large = add(f"claim+ack, {sizes.backlog_large // 1000}k pending + dead elsewhere", "cycles/s")
+    for pending, dead, fig in (
+        (sizes.backlog_small, 0, small),
+        (sizes.backlog_large, sizes.backlog_large, large),
+    ):
+        args = [str(pending), str(dead), str(sizes.backlog_jobs), str(runs)]
+        fig.values = run_json([*py, "backlog", *args], env, timeout_s=1200)["rates"]
+    ratio = add("claim+ack slowdown, large/small backlog", "x", "<= 1.5")
+    ratio.values = [small.median / large.median]
+    log(f"{engine}: backlog done")
+    return figures
+
+
+def ensure_peers_venv() -> Path:
+    """Create .venv-peers and install the peers into it (once)."""
+    python = PEERS_VENV / "bin" / "python"
+    marker = PEERS_VENV / ".bench-ready"
+    if marker.exists():
+        return python
+    log("installing peers into .venv-peers (procrastinate, django-tasks-db)")
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", *PEER_REQUIREMENTS], check=True, cwd=ROOT
+    )
+    marker.write_text("\n".join(PEER_REQUIREMENTS) + "\n")
+    return python
+
+
+def peer_figures(sizes: Sizes, runs: int) -> list[Figure]:
+    """The same enqueue, drain and latency workloads on the peers and the floor."""
+    figures: list[Figure] = []
+    env = base_env()
+    python = str(ensure_peers_venv())
+    drivers = {
+        "raw psycopg floor": ([sys.executable, "-m", "bench.peers.floor"], "alk_bench_floor"),
+        "procrastinate": ([python, "-m", "bench.peers.procrastinate_driver"], "alk_bench_procr"),
+        "django-tasks-db": ([python, "-m", "bench.peers.tasksdb_driver"], "alk_bench_tasksdb"),
+    }
+    for system, (command, db) in drivers.items():
+        peer_env = dict(env)
+        peer_env["BENCH_DATABASE_URL"] = pg_database(PG_URL, db)
+        peer_env.pop("DJANGO_SETTINGS_MODULE")
+        run_json([*command, "setup"], peer_env)
+        caps = run_json([*command, "capabilities"], peer_env)
+        # The peers drain fewer jobs than alkstore's 20,000, to keep the run bounded;
+        # jobs/s are compared as they are.
+        n = {"raw psycopg floor": sizes.drain, "procrastinate": sizes.peer_drain}.get(
+            system, sizes.slow_peer_drain
+        )
+
+        def add(name: str, unit: str, note: str = "", system: str = system) -> Figure:
+            fig = Figure(name, system, "postgresql", unit, note=note)
+            figures.append(fig)
+            return fig
+
+        one = add("enqueue one by one", "jobs/s")
+        batches = {b: add(f"enqueue_many({b})", "jobs/s") for b in caps.get("batches", [])}
+        drains = {p: add(f"drain {n} no-op, {p} process{'es' if p > 1 else ''}", "jobs/s",
+                         note=f"{n} jobs") for p in (1, 4)}  # fmt: skip
+        lat = caps.get("latency", False)
+        p50 = add(f"pickup latency p50 ({sizes.latency} jobs)", "ms") if lat else None
+        p99 = add(f"pickup latency p99 ({sizes.latency} jobs)", "ms") if lat else None
+        for _ in range(runs):
+            one.values.append(
+                run_json([*command, "enqueue", str(sizes.enqueue_one), "0"], peer_env)["rate"]
+            )
+            for b, fig in batches.items():
+                size = sizes.enqueue_1000 if b == 1000 else sizes.enqueue_100
+                fig.values.append(
+                    run_json([*command, "enqueue", str(size), str(b)], peer_env)["rate"]
+                )
+            for procs, fig in drains.items():
+                fig.values.append(
+                    run_json([*command, "drain", str(n), str(procs)], peer_env)["rate"]
+                )
+            if p50 is not None and p99 is not None:
+                result = run_json([*command, "latency", str(sizes.latency)], peer_env)
+                p50.values.append(result["p50_ms"])
+                p99.values.append(result["p99_ms"])
+        log(f"{system}: done")
+    return figures
+
+
+def judge(figures: list[Figure]) -> None:
+    """Set ``ok`` on the figures with a target, including the ratios to the peers."""
+    for fig in figures:
+        if not fig.target or not fig.values:
+            continue
+        op, bound = fig.target.split()
+        value = fig.median
+        fig.ok = {">=": value >= float(bound), "<=": value <= float(bound)}.get(
+            op, value < float(bound)
+        )
+
+
+def ratio_rows(figures: list[Figure]) -> list[Figure]:
+    """alkstore/peer for every figure both measured on PostgreSQL."""
+    ours = {f.name: f for f in figures if f.system == "alkstore" and f.engine == "postgresql"}
+    rows = []
+    for fig in figures:
+        if fig.system == "alkstore" or not fig.values:
+            continue
+        # Peers drain fewer jobs; compare with our drain of the same process count.
+        key = fig.name
+        if fig.name.startswith("drain"):
+            key = next((k for k in ours if k.startswith("drain") and k.endswith(
+                fig.name.split(",")[-1])), key)  # fmt: skip
+        mine = ours.get(key)
+        if mine is None or not mine.values:
+            continue
+        lower_is_better = fig.unit == "ms"
+        value = fig.median / mine.median if lower_is_better else mine.median / fig.median
+        row = Figure(f"{fig.name} vs {fig.system}", "alkstore/peer", "postgresql", "x")
+        row.values = [value]
+        if fig.system == "raw psycopg floor" and fig.name == "enqueue one by one":
+            row.target, row.ok = ">= 0.75", value >= 0.75
+        if fig.system == "procrastinate" and fig.name.endswith("1 process"):
+            row.target, row.ok = ">= 10", value >= 10
+        if fig.system == "procrastinate" and fig.unit == "ms":
+            row.target, row.ok = ">= 1 (faster)", value >= 1
+        row.note = "ms ratio inverted: >1 means alkstore is faster" if lower_is_better else ""
+        rows.append(row)
+    return rows
+
+
+def print_table(figures: list[Figure]) -> None:
+    header = f"{'system':<18}{'engine':<11}{'figure':<46}{'median':>11}{'min-max':>22}  unit"
+    print(header + "      target")
+    print("-" * (len(header) + 18))
+    for f in figures:
+        if not f.values:
+            continue
+        fmt = "{:.2f}" if f.median < 100 else "{:.0f}"
+        spread = f"{fmt.format(min(f.values))}-{fmt.format(max(f.values))}"
+        verdict = "" if f.ok is None else ("met" if f.ok else "MISSED")
+        target = f"{f.target} {verdict}".strip()
+        print(
+            f"{f.system:<18}{f.engine:<11}{f.name:<46}{fmt.format(f.median):>11}"
+            f"{spread:>22}  {f.unit:<10}{target}"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--peers", action="store_true", help="Also run the peers and the floor.")
+    parser.add_argument("--quick", action="store_true", help="Smaller sizes (about 2 minutes).")
+    parser.add_argument("--runs", type=int, default=3, help="Runs per figure (at least 3).")
+    parser.add_argument("--engines", default="postgresql,sqlite")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    runs = max(3, args.runs)
+    sizes = Sizes.for_mode(args.quick)
+    started = time.monotonic()
+    load = os.getloadavg()
+    figures: list[Figure] = []
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    for engine in engines:
+        if engine == "postgresql":
+            url = pg_database(PG_URL)
+        elif engine == "sqlite":
+            SQLITE_PATH.parent.mkdir(parents=True, exist_ok=True)
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{SQLITE_PATH}{suffix}").unlink(missing_ok=True)
+            url = f"sqlite:///{SQLITE_PATH}"
+        else:
+            raise SystemExit(f"Unknown engine {engine!r}: expected postgresql or sqlite.")
+        log(f"{engine}: starting")
+        figures += alkstore_figures(engine, url, sizes, runs)
+    if args.peers:
+        figures += peer_figures(sizes, runs)
+        figures += ratio_rows(figures)
+    judge([f for f in figures if f.system == "alkstore"])
+    elapsed = time.monotonic() - started
+    print(
+        f"alkstore bench: {runs} runs per figure, {'quick' if args.quick else 'full'} sizes, "
+        f"{os.cpu_count()} CPUs, load average at start {load[0]:.2f} / "
+        f"end {os.getloadavg()[0]:.2f}, {elapsed:.0f} s"
+    )
+    print_table(figures)
+    for fig in figures:
+        print(fig.as_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

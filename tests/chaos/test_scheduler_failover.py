@@ -1,0 +1,116 @@
+"""Scenario 4: the scheduler leader SIGKILLed, then SIGSTOPped past its lease and resumed.
+
+Three ``runscheduler`` processes and one worker run on the test database. The
+leader is killed; a standby must take over once the 10 s lease lapses. The
+new leader is then paused past its lease; another standby takes over, and the
+paused one, resumed, must notice the lost lease before firing. Every
+``@every 1s`` boundary from the first to the last must fire exactly once:
+the jobs enqueued equal the boundaries the schedule's ``next_run_at`` moved
+across, and the worker acks each once. Runs on both engines (the lease and
+the tick are the same SQL; SQLite's tick is a ``BEGIN IMMEDIATE`` transaction).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from alkstore_django import store
+from alkstore_django.models import DeadJob, Job, Lock, Schedule
+from alkstore_django.scheduler import LEADER_LOCK, LEADER_TTL_S
+from tests.chaos.harness import Fleet, Proc, account, drained, wait_for
+from tests.chaos.test_worker_faults import settle
+from tests.conftest import VENDOR
+from tests.helpers import db_now
+from tests.testapp.models import ChaosRun
+
+pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
+
+TAKEOVER_S = LEADER_TTL_S + 20  # the lease, the standby's retry and a loaded machine
+
+
+def leader(fleet: Fleet) -> Proc | None:
+    """Return the process holding an unexpired scheduler lease, if any."""
+    row = Lock.objects.filter(name=LEADER_LOCK).first()
+    if row is None or row.expires_at <= db_now():
+        return None
+    pid = int(row.owner.rsplit(":", 2)[1])  # owner is host:pid:random
+    return fleet.by_pid(pid)
+
+
+def fired() -> int:
+    """Jobs the schedule has enqueued so far: run, live or dead."""
+    run = set(ChaosRun.objects.filter(queue="chaos.work").values_list("job_id", flat=True))
+    live = set(Job.objects.filter(queue="chaos.work").values_list("id", flat=True))
+    dead = set(DeadJob.objects.filter(queue="chaos.work").values_list("id", flat=True))
+    return len(run | live | dead)
+
+
+def new_leader(fleet: Fleet, old: Proc) -> Proc:
+    found: list[Proc] = []
+
+    def taken() -> bool:
+        current = leader(fleet)
+        if current is not None and current is not old:
+            found.append(current)
+        return bool(found)
+
+    assert wait_for(taken, timeout=TAKEOVER_S, interval=0.2), fleet.tail()
+    return found[0]
+
+
+@pytest.mark.timeout(240)
+def test_scheduler_failover__a_standby_takes_over_and_no_boundary_fires_twice(
+    fleet, report, chaos_long
+):
+    started = time.monotonic()
+    registered = store.schedule("chaos-tick", "@every 1s", "chaos.work", {"work_ms": 0})
+    first_boundary = registered.next_run_at
+    worker = fleet.start_worker("tick-w", ["chaos.work"], concurrency=2)
+    schedulers = {f"sched-{i}": fleet.start_scheduler(f"sched-{i}") for i in range(3)}
+    assert wait_for(lambda: leader(fleet) is not None, timeout=60), fleet.tail()
+    cycles = 4 if chaos_long else 1
+    paused_leaders = 0
+    for cycle in range(cycles):
+        current = leader(fleet)
+        assert current is not None
+        before = fired()
+        assert wait_for(lambda b=before: fired() >= b + 2, timeout=30), fleet.tail()
+        fleet.kill(current)
+        current = new_leader(fleet, current)
+        before = fired()
+        assert wait_for(lambda b=before: fired() >= b + 2, timeout=30), fleet.tail()
+        fleet.pause(current)
+        replacement = new_leader(fleet, current)
+        fleet.resume(current)
+        paused_leaders += 1
+        # The resumed runner renews within 2 s of waking and finds the lease gone.
+        time.sleep(3.0)
+        assert leader(fleet) is replacement, "the resumed leader took the lease back"
+        # Bring the fleet back to three runners for the next cycle.
+        for name, proc in list(schedulers.items()):
+            if proc.killed:
+                schedulers[name] = fleet.start_scheduler(f"{name}-c{cycle + 1}")
+                fleet.restarts += 1
+    before = fired()
+    assert wait_for(lambda: fired() >= before + 2, timeout=30), fleet.tail()
+    codes = {p.name: fleet.stop(p) for p in fleet.procs if p is not worker and not p.killed}
+    assert wait_for(drained(["chaos.work"]), timeout=60), fleet.tail()
+    codes.update(fleet.stop_all())
+    assert set(codes.values()) == {0}, codes
+    final = Schedule.objects.get(name="chaos-tick")
+    boundaries = round((final.next_run_at - first_boundary).total_seconds())
+    ids = sorted(set(ChaosRun.objects.values_list("job_id", flat=True)))
+    # Every boundary from the first to the schedule's next one fired exactly once.
+    assert fired() == len(ids) == boundaries, (fired(), len(ids), boundaries, fleet.tail())
+    figures = account("4 scheduler failover", VENDOR, ids, fleet)
+    lock = Lock.objects.filter(name=LEADER_LOCK).first()
+    figures.notes = {
+        "boundaries": boundaries,
+        "fired": len(ids),
+        "leaders_paused": paused_leaders,
+        "fence": lock.fence if lock else None,
+    }
+    settle(figures, fleet, started, report)
+    assert figures.double_run == 0

@@ -1,0 +1,204 @@
+"""Workers killed, poisoned and paused: nothing lost, nothing run twice unexplained.
+
+Scenarios 1, 6 and 7 of the reliability suite (docs/reliability.md). They run
+on both engines: a SIGKILL, a SIGSTOP and ``os._exit`` hurt a worker process
+the same way whichever database it talks to.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from alkstore_django import store
+from alkstore_django.models import DeadJob, Job
+from tests.chaos.harness import Figures, Fleet, account, drained, wait_for
+from tests.conftest import VENDOR
+from tests.testapp.models import ChaosRun
+
+pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
+
+CONCURRENCY = 4
+BATCH = CONCURRENCY * 4
+
+
+def settle(figures: Figures, fleet: Fleet, started: float, report) -> Figures:
+    """Record the figures, then fail on anything the accounting found."""
+    figures.seconds = round(time.monotonic() - started, 1)
+    report(figures)
+    assert not figures.problems, "\n".join(figures.problems[:20]) + "\n" + fleet.tail()
+    assert figures.lost == 0
+    assert figures.unexplained == 0
+    assert figures.same_attempt_twice == 0
+    return figures
+
+
+@pytest.mark.timeout(150)
+def test_kill_storm__a_random_worker_sigkilled_every_second_loses_nothing(
+    fleet, report, chaos_long
+):
+    """Scenario 1: 4 workers, one SIGKILLed at random every second and restarted.
+
+    The short form stops killing after ``max_kills`` (each restart costs a
+    Django boot, which dominates a small CI machine); the long form kills
+    every second until the queue is drained.
+    """
+    started = time.monotonic()
+    count = 10_000 if chaos_long else 2_000
+    max_kills = 10**6 if chaos_long else 12
+    queue = store.queue("chaos.work", visibility_timeout_s=2, max_attempts=50, retry_base_s=1)
+    ids = queue.enqueue_many([{"work_ms": 2}] * count)
+    slots = [f"kill-w{i}" for i in range(4)]
+    workers = {
+        slot: fleet.start_worker(slot, ["chaos.work"], concurrency=CONCURRENCY, batch=BATCH)
+        for slot in slots
+    }
+    rng = random.Random(6)
+    is_drained = drained(["chaos.work"])
+    deadline = time.monotonic() + (1200 if chaos_long else 90)
+    while fleet.kills < max_kills and not is_drained() and time.monotonic() < deadline:
+        time.sleep(1.0)
+        # Only a worker that is up holds claims; killing one still booting proves nothing.
+        working = [slot for slot in slots if workers[slot].ready()]
+        if not working:
+            continue
+        slot = rng.choice(working)
+        fleet.kill(workers[slot])
+        workers[slot] = fleet.start_worker(
+            slot, ["chaos.work"], concurrency=CONCURRENCY, batch=BATCH
+        )
+        fleet.restarts += 1
+    assert wait_for(is_drained, timeout=60), fleet.tail()
+    codes = fleet.stop_all()
+    assert set(codes.values()) == {0}, codes
+    figures = account("1 kill storm", VENDOR, ids, fleet)
+    settle(figures, fleet, started, report)
+    assert figures.acked == count
+    assert fleet.kills >= 1
+    # A kill can interrupt at most the jobs its worker held under claim.
+    assert figures.rerun_after_kill <= fleet.kills * BATCH
+    assert figures.rerun_after_retry == 0
+
+
+def rescue(job_id: int, timeout: float):
+    """Claim ``job_id`` as another worker once its claim lapses; hold it for a minute."""
+    found = []
+
+    def claimed():
+        handle = store.queue("chaos.stale").claim_one("rescuer")
+        if handle is not None:
+            found.append(handle)
+        return handle is not None
+
+    assert wait_for(claimed, timeout=timeout, interval=0.05)
+    handle = found[0]
+    assert handle.job.id == job_id
+    # Held well past the checks, so the resumed worker cannot take it back in turn.
+    assert handle.heartbeat(120)
+    return handle
+
+
+@pytest.mark.timeout(180)
+def test_stale_worker__paused_past_its_lease_changes_nothing_when_resumed(
+    fleet, report, chaos_long
+):
+    """Scenario 6: SIGSTOP a worker mid-job, let another re-claim the job, then SIGCONT.
+
+    Below the lease the job is not stolen and the worker acks it. Past the
+    lease the rescuer holds attempt 2; the resumed worker's heartbeat, ack,
+    retry and fail (one outcome per round) must all be refused and change
+    nothing. The long form repeats the rounds with pauses jittered around
+    the timeout.
+    """
+    started = time.monotonic()
+    vt_s = 4
+    queue = store.queue("chaos.stale", visibility_timeout_s=vt_s, max_attempts=10, retry_base_s=0)
+    worker = fleet.start_worker("stale-w", ["chaos.stale"], concurrency=1, batch=1)
+    assert wait_for(worker.ready, timeout=60), fleet.tail()
+    rounds = [("under", "ack"), ("over", "ack"), ("over", "retry"), ("over", "fail")]
+    rng = random.Random(6)
+    if chaos_long:
+        rounds *= 5
+    ids, refused, survived = [], 0, 0
+    for kind, outcome in rounds:
+        job_id = queue.enqueue({"work_s": 1.5, "outcome": outcome})
+        ids.append(job_id)
+        assert wait_for(lambda j=job_id: ChaosRun.objects.filter(job_id=j).exists(), 60)
+        fleet.pause(worker)
+        if kind == "under":
+            # The claim has at least two thirds of its lease left (heartbeats every third).
+            time.sleep(rng.uniform(0.3, 1.0) if chaos_long else 1.0)
+            assert queue.claim_one("rescuer") is None, "a live claim was stolen"
+            fleet.resume(worker)
+            assert wait_for(lambda j=job_id: store.get_job(j) is None, 30), fleet.tail()
+            survived += 1
+            continue
+        handle = rescue(job_id, timeout=vt_s + 20)
+        assert handle.job.attempts == 2
+        time.sleep(rng.uniform(0.1, 2.0) if chaos_long else 0.5)
+        fleet.resume(worker)
+        lost = f"job id={job_id} queue=chaos.stale outcome=lost"
+        assert wait_for(lambda m=lost: m in worker.log(), 30), fleet.tail()
+        assert f"claim lost id={job_id} " in worker.log()  # the heartbeat was refused
+        row = Job.objects.get(id=job_id)
+        assert (row.state, row.worker_id, row.attempts, row.last_error) == (
+            "processing",
+            "rescuer",
+            2,
+            None,
+        )
+        assert not DeadJob.objects.filter(id=job_id).exists()
+        refused += 1
+        assert handle.ack()
+    codes = fleet.stop_all()
+    assert set(codes.values()) == {0}, codes
+    figures = account("6 stale worker", VENDOR, ids, fleet)
+    figures.restarts = 0
+    figures.notes = {"pauses_under_lease": survived, "pauses_past_lease": refused}
+    # The rescuer acked without running the handler: those jobs show one run each.
+    settle(figures, fleet, started, report)
+    assert figures.acked == len(rounds)
+    assert figures.double_run == 0
+
+
+@pytest.mark.timeout(150)
+def test_poison_job__dead_lettered_after_exactly_max_attempts_while_others_carry_on(
+    fleet, report, chaos_long
+):
+    """Scenario 7: a handler that ``os._exit``s its worker, among ordinary jobs."""
+    started = time.monotonic()
+    count = 2_000 if chaos_long else 300
+    work = store.queue("chaos.work", visibility_timeout_s=2, max_attempts=50, retry_base_s=1)
+    poison = store.queue("chaos.poison", visibility_timeout_s=1, max_attempts=3)
+    ids = work.enqueue_many([{"work_ms": 2}] * (count // 2))
+    poison_id = poison.enqueue({"poison": True})
+    ids += work.enqueue_many([{"work_ms": 2}] * (count - count // 2))
+    queues = ["chaos.poison", "chaos.work"]
+    slots = ["poison-w0", "poison-w1"]
+    workers = {slot: fleet.start_worker(slot, queues, concurrency=CONCURRENCY) for slot in slots}
+    is_drained = drained(queues)
+    deadline = time.monotonic() + (600 if chaos_long else 100)
+    exit_codes = []
+    while not is_drained() and time.monotonic() < deadline:
+        for proc in fleet.reap():
+            exit_codes.append(proc.popen.returncode)
+            slot = proc.name.rsplit(".", 1)[0]
+            # As a process supervisor would: the worker comes back.
+            workers[slot] = fleet.start_worker(slot, queues, concurrency=CONCURRENCY)
+            fleet.restarts += 1
+        time.sleep(0.2)
+    assert is_drained(), fleet.tail()
+    codes = fleet.stop_all()
+    assert set(codes.values()) == {0}, codes
+    dead = DeadJob.objects.get(id=poison_id)
+    assert (dead.attempts, dead.last_error) == (3, "max attempts exceeded")
+    attempts = sorted(ChaosRun.objects.filter(job_id=poison_id).values_list("attempt", flat=True))
+    assert attempts == [1, 2, 3]
+    assert exit_codes == [3, 3, 3]
+    figures = account("7 poison job", VENDOR, [*ids, poison_id], fleet)
+    figures.notes = {"poison_claims": dead.attempts, "worker_deaths": len(exit_codes)}
+    settle(figures, fleet, started, report)
+    assert (figures.acked, figures.dead) == (count, 1)
+    assert figures.rerun_after_kill <= fleet.kills * BATCH

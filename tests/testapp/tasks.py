@@ -1,0 +1,82 @@
+"""Django Tasks the tests/tasks suite runs (Django 6 only: imported only from there)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from django.tasks import TaskContext, task
+
+from .models import Run
+
+
+@task()
+def add(a, b):
+    return a + b
+
+
+@task()
+async def async_add(a, b):
+    return a + b
+
+
+@task()
+def echo(*args, **kwargs):
+    return {"args": list(args), "kwargs": kwargs}
+
+
+@task()
+def fail_value_error(message="boom"):
+    raise ValueError(message)
+
+
+@task()
+def system_exit():
+    raise SystemExit("This task called exit")
+
+
+@task()
+def not_json():
+    return object()
+
+
+@task(takes_context=True)
+def context_view(context: TaskContext):
+    return {
+        "attempt": context.attempt,
+        "id": context.task_result.id,
+        "status": context.task_result.status,
+        "worker_ids": context.task_result.worker_ids,
+    }
+
+
+@task(takes_context=True, queue_name="tasks-retry", backend="retry")
+def flaky(context: TaskContext, succeed_at: int):
+    """Fail until attempt ``succeed_at``, then return the attempt number."""
+    if context.attempt < succeed_at:
+        raise RuntimeError(f"attempt {context.attempt} failed")
+    return context.attempt
+
+
+@task(takes_context=True, queue_name="tasks-retry", max_attempts=2)
+def flaky_per_task(context: TaskContext):
+    """Retries switched on for this task alone, on the default (retries off) backend."""
+    if context.attempt < 2:
+        raise RuntimeError("first attempt fails")
+    return context.attempt
+
+
+@task()
+def record(label):
+    """Write a row, so a test can see which tasks ran and in what order."""
+    Run.objects.create(job_id=0, attempt=0, queue=label)
+    return label
+
+
+@task(takes_context=True)
+def hang_first_attempt(context: TaskContext, marker: str):
+    """On attempt 1 mark the file and hang (to be SIGKILLed); later attempts succeed."""
+    if context.attempt == 1:
+        Path(marker).write_text(context.task_result.id)
+        time.sleep(120)
+    return {"recovered_on": context.attempt}
