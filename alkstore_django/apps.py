@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import django
 from django.apps import AppConfig
 
 
@@ -21,8 +22,6 @@ class AlkstoreConfig(AppConfig):
         connection_created.connect(prepare_connection, dispatch_uid="alkstore_prepare")
         setting_changed.connect(reset_on_setting_changed, dispatch_uid="alkstore_reset")
         handlers.autodiscover()
-        import django
-
         if django.VERSION >= (6, 0):
             # django.tasks exists only on Django 6: the backend module is imported only there.
             from .tasks import register_task_runners

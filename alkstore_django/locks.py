@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from .errors import InvalidArgument, LockNotAcquired
-from .validation import MAX_NAME_LENGTH, validate_duration, validate_name
+from .validation import MAX_NAME_LENGTH, is_encodable, validate_duration, validate_name
 
 if TYPE_CHECKING:
     from .dialects.coordination import CoordinationSQL
@@ -32,7 +32,12 @@ def default_owner() -> str:
 
 def validate_owner(owner: object) -> str:
     """Return ``owner`` when it is a non-empty string of at most 200 characters."""
-    if not isinstance(owner, str) or not owner or len(owner) > MAX_NAME_LENGTH:
+    if (
+        not isinstance(owner, str)
+        or not owner
+        or len(owner) > MAX_NAME_LENGTH
+        or not is_encodable(owner)
+    ):
         raise InvalidArgument(
             f"Invalid lock owner {owner!r}: expected a non-empty string of at most "
             f"{MAX_NAME_LENGTH} characters."

@@ -19,7 +19,7 @@ from .conf import DEFAULT_SQLITE_WATCH_INTERVAL_S, app_settings
 from .errors import InvalidArgument
 from .queues import channel_for
 from .records import Notification
-from .validation import validate_duration, validate_name
+from .validation import is_encodable, validate_duration, validate_name
 
 if TYPE_CHECKING:
     from .store import Store
@@ -36,10 +36,10 @@ def notify(store: Store, channel: str, payload: str = "") -> None:
     if not isinstance(payload, str):
         raise InvalidArgument(f"Invalid notify payload {payload!r}: expected a string.")
     size = len(payload.encode("utf-8", errors="replace"))
-    if size > MAX_NOTIFY_PAYLOAD_BYTES or "\x00" in payload:
+    if size > MAX_NOTIFY_PAYLOAD_BYTES or "\x00" in payload or not is_encodable(payload):
         raise InvalidArgument(
             f"Invalid notify payload of {size} bytes: expected at most "
-            f"{MAX_NOTIFY_PAYLOAD_BYTES} bytes of text without NUL characters."
+            f"{MAX_NOTIFY_PAYLOAD_BYTES} bytes of text without NUL characters or lone surrogates."
         )
     store.dialect.notify(channel_for(channel), payload)
 

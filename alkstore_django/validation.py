@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +18,19 @@ MAX_NAME_LENGTH = 200
 # One hundred years: far past any real delay, well inside every datetime range.
 MAX_DURATION_S = 100 * 365 * 86_400
 MAX_INT32 = 2**31 - 1
+# A JSON string (kept as is) or a float Python wrote with a positive exponent.
+_STRING_OR_EXPONENT_FLOAT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|(-?\d+(?:\.\d+)?[eE]\+\d+)')
+# json.dumps writes U+0000 as this escape; an odd run of backslashes before it is the escape.
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def is_encodable(text: str) -> bool:
+    """Return True when ``text`` can be stored as UTF-8 (no lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def validate_name(kind: str, name: object, *, allow_reserved: bool = False) -> str:
@@ -30,6 +44,8 @@ def validate_name(kind: str, name: object, *, allow_reserved: bool = False) -> s
         )
     if "\x00" in name:
         raise InvalidName(f"Invalid {kind} name {name!r}: NUL characters are not allowed.")
+    if not is_encodable(name):
+        raise InvalidName(f"Invalid {kind} name {name!r}: lone surrogates are not allowed.")
     if not allow_reserved and name.startswith(RESERVED_PREFIX):
         raise ReservedName(
             f"Reserved {kind} name {name!r}: names beginning with {RESERVED_PREFIX!r} "
@@ -40,7 +56,12 @@ def validate_name(kind: str, name: object, *, allow_reserved: bool = False) -> s
 
 def validate_worker_id(worker_id: object) -> str:
     """Return ``worker_id`` when it is a non-empty string of at most 200 characters."""
-    if not isinstance(worker_id, str) or not worker_id or len(worker_id) > MAX_NAME_LENGTH:
+    if (
+        not isinstance(worker_id, str)
+        or not worker_id
+        or len(worker_id) > MAX_NAME_LENGTH
+        or not is_encodable(worker_id)
+    ):
         raise InvalidArgument(
             f"Invalid worker_id {worker_id!r}: expected a non-empty string of at most "
             f"{MAX_NAME_LENGTH} characters."
@@ -132,10 +153,19 @@ def encode_payload(payload: Any, max_bytes: int) -> str:
         raise PayloadError(
             f"Payload {_preview(payload)} cannot be encoded as JSON: {exc}."
         ) from exc
-    if "\\u0000" in text:
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
         # PostgreSQL's jsonb cannot store U+0000; refuse it on every engine alike.
         raise PayloadError(f"Payload {_preview(payload)} contains U+0000, which cannot be stored.")
-    size = len(text.encode("utf-8"))
+    if "e+" in text:
+        # jsonb keeps a number's decimal digits, not its float-ness: 1e+300 would come
+        # back as the integer 10**300. The float's exact value with a ".0" comes back equal.
+        text = _STRING_OR_EXPONENT_FLOAT.sub(_exact_float, text)
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise PayloadError(
+            f"Payload {_preview(payload)} contains a lone surrogate, which cannot be stored."
+        ) from exc
     if size > max_bytes:
         raise PayloadError(
             f"Payload of {size} bytes is larger than MAX_PAYLOAD_BYTES ({max_bytes})."
@@ -143,6 +173,15 @@ def encode_payload(payload: Any, max_bytes: int) -> str:
     return text
 
 
+def _exact_float(match: re.Match[str]) -> str:
+    number = match.group(1)
+    return match.group(0) if number is None else f"{int(float(number))}.0"
+
+
 def _preview(payload: Any) -> str:
-    text = repr(payload)
+    try:
+        text = repr(payload)
+    except (RecursionError, ValueError):
+        # Too deep to show, or an integer with more digits than Python will print.
+        return f"<unprintable {type(payload).__name__}>"
     return text if len(text) <= 80 else text[:77] + "..."

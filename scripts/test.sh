@@ -84,6 +84,10 @@ LINT_VENV=${VENVS[0]}
 echo "== ruff check / ruff format --check"
 "$LINT_VENV/bin/ruff" check .
 "$LINT_VENV/bin/ruff" format --check .
+echo "== mypy (django-stubs) and the import layers contract"
+PYTHONPATH="$ROOT" "$LINT_VENV/bin/mypy" alkstore_django
+PYTHONPATH="$ROOT" "$LINT_VENV/bin/lint-imports" --no-cache >/dev/null \
+  || { PYTHONPATH="$ROOT" "$LINT_VENV/bin/lint-imports" --no-cache; exit 1; }
 
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 FAILED=0

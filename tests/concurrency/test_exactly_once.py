@@ -175,3 +175,16 @@ def test_claim_one__waits_for_another_sessions_write_lock_instead_of_failing():
     assert done.is_set()
     assert handle.job.id == job_id
     holder.join(10)
+
+
+def test_enqueue__inside_atomic_is_invisible_to_other_sessions_until_commit():
+    q = store.queue("joined")
+
+    def peek(job_id):
+        return run_threads(1, lambda _: store.get_job(job_id))[0]
+
+    with transaction.atomic():
+        job_id = q.enqueue({"n": 1})
+        assert store.get_job(job_id) is not None
+        assert peek(job_id) is None
+    assert peek(job_id).state == "pending"

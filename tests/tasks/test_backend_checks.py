@@ -56,3 +56,14 @@ def test_construction_and_validation_touch_no_database():
     b.validate_task(tasks.add)
     b.validate_task(tasks.async_add)
     assert b.check() == []
+
+
+@pytest.mark.parametrize("attempts", [0, -1, 1.5, True])
+def test_validate_task__refuses_a_bad_per_task_max_attempts(attempts):
+    from django.tasks import task
+    from django.tasks.exceptions import InvalidTask
+
+    from tests.testapp import tasks
+
+    with pytest.raises(InvalidTask, match="Invalid max_attempts"):
+        task(max_attempts=attempts)(tasks.add.func)
