@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .errors import InvalidArgument
-from .validation import validate_name
+from .errors import InvalidArgument, InvalidName
+from .validation import MAX_NAME_LENGTH, validate_name
 
 OUTBOX_PREFIX = "__alkstore_outbox:"
 
@@ -17,6 +17,19 @@ F = TypeVar("F", bound=Handler)
 def outbox_queue_name(name: str) -> str:
     """Return the reserved queue that backs outbox ``name``."""
     return f"{OUTBOX_PREFIX}{name}"
+
+
+def validate_outbox_name(name: object) -> str:
+    """Return ``name`` when it is a queue-like name whose backing queue fits the column."""
+    validate_name("outbox", name)
+    backing = outbox_queue_name(name)  # type: ignore[arg-type]
+    if len(backing) > MAX_NAME_LENGTH:
+        limit = MAX_NAME_LENGTH - len(outbox_queue_name(""))
+        raise InvalidName(
+            f"Invalid outbox name {name[:40]!r}… ({len(name)} characters): "  # type: ignore[index,arg-type]
+            f"expected at most {limit} characters."
+        )
+    return name  # type: ignore[return-value]
 
 
 def _qualified(func: Handler) -> str:
@@ -77,7 +90,7 @@ class HandlerDecorator:
         return decorate
 
     def outbox(self, name: str) -> Callable[[F], F]:
-        validate_name("outbox", name)
+        validate_outbox_name(name)
 
         def decorate(func: F) -> F:
             registry.register(outbox_queue_name(name), func)

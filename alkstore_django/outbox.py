@@ -8,10 +8,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .conf import ENGINE_DEFAULTS, QueueOptions
-from .errors import Fail, InvalidName
-from .handlers import outbox_queue_name
+from .errors import Fail
+from .handlers import outbox_queue_name, validate_outbox_name
 from .queues import JobHandle, Queue
-from .validation import MAX_NAME_LENGTH, validate_name, validate_worker_id
+from .validation import validate_worker_id
 
 if TYPE_CHECKING:
     from .store import Store
@@ -29,19 +29,6 @@ OUTBOX_OPTIONS = QueueOptions(
 )
 
 Delivery = Callable[[JobHandle], Any]
-
-
-def validate_outbox_name(name: object) -> str:
-    """Return ``name`` when it is a queue-like name whose backing queue fits the column."""
-    validate_name("outbox", name)
-    backing = outbox_queue_name(name)  # type: ignore[arg-type]
-    if len(backing) > MAX_NAME_LENGTH:
-        limit = MAX_NAME_LENGTH - len(outbox_queue_name(""))
-        raise InvalidName(
-            f"Invalid outbox name {name[:40]!r}… ({len(name)} characters): "  # type: ignore[index,arg-type]
-            f"expected at most {limit} characters."
-        )
-    return name  # type: ignore[return-value]
 
 
 class Outbox:

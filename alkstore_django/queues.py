@@ -8,6 +8,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.db import transaction
+
 from .conf import QueueOptions, app_settings
 from .errors import InvalidArgument
 from .records import EnqueueBatch, Job, QueueStats, SweepResult
@@ -92,7 +94,7 @@ class Queue:
         Every payload is encoded first: one bad payload refuses the whole batch.
         """
         self.store.check_open()
-        if isinstance(payloads, str | bytes | dict):
+        if isinstance(payloads, str | bytes | dict) or not isinstance(payloads, Iterable):
             raise InvalidArgument(
                 f"Invalid payloads of type {type(payloads).__name__}: expected a list of payloads."
             )
@@ -125,11 +127,15 @@ class Queue:
         )
         if not encoded:
             return []
-        ids: list[int] = []
         dialect = self.store.dialect
-        for start in range(0, len(encoded), MAX_BATCH):
-            chunk = encoded[start : start + MAX_BATCH]
-            ids += dialect.enqueue(replace(batch, payloads=chunk))
+        chunks = [encoded[start : start + MAX_BATCH] for start in range(0, len(encoded), MAX_BATCH)]
+        if len(chunks) == 1:
+            return dialect.enqueue(replace(batch, payloads=chunks[0]))
+        # Past MAX_BATCH it takes several statements: all of them or none.
+        ids: list[int] = []
+        with transaction.atomic(using=self.store.using):
+            for chunk in chunks:
+                ids += dialect.enqueue(replace(batch, payloads=chunk))
         return ids
 
     # --- claims --------------------------------------------------------------

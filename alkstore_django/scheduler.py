@@ -23,6 +23,7 @@ from django.db import (
     OperationalError,
     close_old_connections,
     connections,
+    transaction,
 )
 
 from .conf import app_settings
@@ -160,11 +161,14 @@ def schedule(
         max_attempts=max_attempts,
         expires_s=expires_s,
     )
-    now = store.dialect.database_now()
-    first = _from_epoch(next_boundary_s(now.timestamp(), values["interval_s"]))
-    _sql(store).upsert_schedule(values, first)
-    notify(store, SCHEDULES_CHANNEL, name)
-    row = Schedule.objects.using(store.using).get(name=name)
+    # The upsert is the first statement that touches a table, so on SQLite the
+    # transaction takes the write lock before it reads anything.
+    with transaction.atomic(using=store.using):
+        now = store.dialect.database_now()
+        first = _from_epoch(next_boundary_s(now.timestamp(), values["interval_s"]))
+        _sql(store).upsert_schedule(values, first)
+        notify(store, SCHEDULES_CHANNEL, name)
+        row = Schedule.objects.using(store.using).get(name=name)
     logger.info(
         "schedule registered name=%s spec=%s queue=%s next_run_at=%s",
         name,
@@ -179,9 +183,10 @@ def unschedule(store: Store, name: str) -> bool:
     """Delete the schedule ``name``; False when there is none."""
     store.check_open()
     validate_name("schedule", name)
-    deleted, _ = Schedule.objects.using(store.using).filter(name=name).delete()
-    if deleted:
-        notify(store, SCHEDULES_CHANNEL, name)
+    with transaction.atomic(using=store.using):
+        deleted, _ = Schedule.objects.using(store.using).filter(name=name).delete()
+        if deleted:
+            notify(store, SCHEDULES_CHANNEL, name)
     return deleted > 0
 
 

@@ -82,7 +82,8 @@ def validate_duration(
     lower = "0" if allow_zero else "greater than 0"
     if (
         not _is_number(value)
-        or not math.isfinite(value)  # type: ignore[arg-type]
+        # Only floats can be NaN or infinite; math.isfinite overflows on huge ints.
+        or (isinstance(value, float) and not math.isfinite(value))
         or value < 0  # type: ignore[operator]
         or (value == 0 and not allow_zero)
         or value > MAX_DURATION_S  # type: ignore[operator]

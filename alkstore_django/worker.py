@@ -462,7 +462,9 @@ class Worker:
         now = time.monotonic()
         self._next_beat = float("inf")
         for held in list(self._held.values()):
-            if held.next_heartbeat_at > now or held.handle.spent:
+            if held.handle.spent:
+                continue
+            if held.next_heartbeat_at > now:
                 self._next_beat = min(self._next_beat, held.next_heartbeat_at)
                 continue
             vt = held.handle.job.visibility_timeout_s

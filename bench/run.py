@@ -4,12 +4,13 @@
 
 Each figure is the median of N runs (default 3) with the min-max; the command
 prints one table and one JSON line per figure. It creates and migrates its own
-databases: PostgreSQL ``alk_bench`` (``BENCH_PG_URL``, default
-postgres://postgres@127.0.0.1:5432/alk_bench) and the SQLite file
-``.test-db/alk_bench.sqlite3``. ``--peers`` installs procrastinate and
-django-tasks-db into ``.venv-peers`` (never a dependency of the package) and
-runs the same workloads on them and on a raw-psycopg floor. See
-docs/performance.md.
+databases: PostgreSQL ``alk_perf_bench`` (``BENCH_PG_URL``, default
+postgres://postgres@127.0.0.1:5432/alk_perf_bench; the peers get
+``alk_perf_floor``, ``alk_perf_procrastinate`` and ``alk_perf_tasksdb`` on the
+same server) and the SQLite file ``.test-db/alk_perf_bench.sqlite3``.
+``--peers`` installs procrastinate and django-tasks-db into ``.venv-peers``
+(never a dependency of the package) and runs the same workloads on them and on
+a raw-psycopg floor. See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
-PG_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/alk_bench")
-SQLITE_PATH = ROOT / ".test-db" / "alk_bench.sqlite3"
+PG_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/alk_perf_bench")
+SQLITE_PATH = ROOT / ".test-db" / "alk_perf_bench.sqlite3"
 PEERS_VENV = ROOT / ".venv-peers"
 PEER_REQUIREMENTS = [
     "procrastinate>=3.10,<4",
@@ -129,7 +130,7 @@ class Sizes:
     @classmethod
     def for_mode(cls, quick: bool) -> Sizes:
         if quick:
-            return cls(300, 5_000, 20_000, 5_000, 100, 10_000, 100_000, 300, 1_000, 300)
+            return cls(200, 2_000, 10_000, 3_000, 100, 10_000, 100_000, 200, 500, 200)
         return cls(2_000, 20_000, 50_000, 20_000, 500, 10_000, 1_000_000, 1_000, 3_000, 1_000)
 
 
@@ -204,19 +205,23 @@ def ensure_peers_venv() -> Path:
     return python
 
 
-def peer_figures(sizes: Sizes, runs: int) -> list[Figure]:
+def peer_figures(sizes: Sizes, runs: int, alkstore_url: str) -> list[Figure]:
     """The same enqueue, drain and latency workloads on the peers and the floor."""
     figures: list[Figure] = []
     env = base_env()
     python = str(ensure_peers_venv())
     drivers = {
-        "raw psycopg floor": ([sys.executable, "-m", "bench.peers.floor"], "alk_bench_floor"),
-        "procrastinate": ([python, "-m", "bench.peers.procrastinate_driver"], "alk_bench_procr"),
-        "django-tasks-db": ([python, "-m", "bench.peers.tasksdb_driver"], "alk_bench_tasksdb"),
+        "raw psycopg floor": ([sys.executable, "-m", "bench.peers.floor"], "alk_perf_floor"),
+        "procrastinate": (
+            [python, "-m", "bench.peers.procrastinate_driver"],
+            "alk_perf_procrastinate",
+        ),
+        "django-tasks-db": ([python, "-m", "bench.peers.tasksdb_driver"], "alk_perf_tasksdb"),
     }
     for system, (command, db) in drivers.items():
         peer_env = dict(env)
         peer_env["BENCH_DATABASE_URL"] = pg_database(PG_URL, db)
+        peer_env["BENCH_ALKSTORE_URL"] = alkstore_url
         peer_env.pop("DJANGO_SETTINGS_MODULE")
         run_json([*command, "setup"], peer_env)
         caps = run_json([*command, "capabilities"], peer_env)
@@ -232,6 +237,9 @@ def peer_figures(sizes: Sizes, runs: int) -> list[Figure]:
             return fig
 
         one = add("enqueue one by one", "jobs/s")
+        schema = None
+        if system == "raw psycopg floor":
+            schema = add("enqueue one by one, into alkstore's job table", "jobs/s")
         batches = {b: add(f"enqueue_many({b})", "jobs/s") for b in caps.get("batches", [])}
         drains = {p: add(f"drain {n} no-op, {p} process{'es' if p > 1 else ''}", "jobs/s",
                          note=f"{n} jobs") for p in (1, 4)}  # fmt: skip
@@ -242,6 +250,12 @@ def peer_figures(sizes: Sizes, runs: int) -> list[Figure]:
             one.values.append(
                 run_json([*command, "enqueue", str(sizes.enqueue_one), "0"], peer_env)["rate"]
             )
+            if schema is not None:
+                schema.values.append(
+                    run_json([*command, "enqueue-schema", str(sizes.enqueue_one), "0"], peer_env)[
+                        "rate"
+                    ]
+                )
             for b, fig in batches.items():
                 size = sizes.enqueue_1000 if b == 1000 else sizes.enqueue_100
                 fig.values.append(
@@ -280,6 +294,8 @@ def ratio_rows(figures: list[Figure]) -> list[Figure]:
             continue
         # Peers drain fewer jobs; compare with our drain of the same process count.
         key = fig.name
+        if fig.name.startswith("enqueue one by one"):
+            key = "enqueue one by one"
         if fig.name.startswith("drain"):
             key = next((k for k in ours if k.startswith("drain") and k.endswith(
                 fig.name.split(",")[-1])), key)  # fmt: skip
@@ -290,7 +306,7 @@ def ratio_rows(figures: list[Figure]) -> list[Figure]:
         value = fig.median / mine.median if lower_is_better else mine.median / fig.median
         row = Figure(f"{fig.name} vs {fig.system}", "alkstore/peer", "postgresql", "x")
         row.values = [value]
-        if fig.system == "raw psycopg floor" and fig.name == "enqueue one by one":
+        if fig.system == "raw psycopg floor" and fig.name.startswith("enqueue one by one"):
             row.target, row.ok = ">= 0.75", value >= 0.75
         if fig.system == "procrastinate" and fig.name.endswith("1 process"):
             row.target, row.ok = ">= 10", value >= 10
@@ -332,9 +348,10 @@ def main() -> int:
     load = os.getloadavg()
     figures: list[Figure] = []
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    pg_url = PG_URL
     for engine in engines:
         if engine == "postgresql":
-            url = pg_database(PG_URL)
+            url = pg_url = pg_database(PG_URL)
         elif engine == "sqlite":
             SQLITE_PATH.parent.mkdir(parents=True, exist_ok=True)
             for suffix in ("", "-wal", "-shm"):
@@ -345,7 +362,7 @@ def main() -> int:
         log(f"{engine}: starting")
         figures += alkstore_figures(engine, url, sizes, runs)
     if args.peers:
-        figures += peer_figures(sizes, runs)
+        figures += peer_figures(sizes, runs, pg_url)
         figures += ratio_rows(figures)
     judge([f for f in figures if f.system == "alkstore"])
     elapsed = time.monotonic() - started

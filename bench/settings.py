@@ -38,6 +38,6 @@ def database_from_url(url: str) -> dict[str, object]:
 
 DATABASES = {
     "default": database_from_url(
-        os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/alk_bench")
+        os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/alk_perf_bench")
     )
 }

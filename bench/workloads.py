@@ -132,11 +132,13 @@ def cmd_drain(n: int, procs: int, extra: list[str]) -> dict:
         )
     rss_kb = []
     codes = []
+    cpu_s = 0.0
     for child in children:
         _, status, usage = os.wait4(child.pid, 0)
         child.returncode = os.waitstatus_to_exitcode(status)
         codes.append(child.returncode)
         rss_kb.append(usage.ru_maxrss)
+        cpu_s += usage.ru_utime + usage.ru_stime
     ended = time.monotonic()
     firsts = []
     for index in range(procs):
@@ -168,6 +170,8 @@ def cmd_drain(n: int, procs: int, extra: list[str]) -> dict:
         "wall_rate": n / (ended - spawned),
         "logged_acks": acked,
         "rss_mb": max(rss_kb) / 1024,
+        # Worker CPU (start-up included) per job, in microseconds.
+        "cpu_us_per_job": cpu_s / n * 1e6,
     }
 
 

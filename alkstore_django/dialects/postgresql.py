@@ -37,14 +37,18 @@ class PostgresDialect(Dialect):
         For the worker's own statements, run many times a second: Django's
         cursor binds parameters client-side, so the server would parse and
         plan every call. The connection (and its transaction state, its
-        adapters) is still Django's; errors are Django's.
+        adapters) is still Django's; errors are Django's. A site behind a
+        transaction-mode pooler sets ``DISABLE_SERVER_SIDE_CURSORS`` (as Django
+        advises); then the statement is bound server-side but not prepared,
+        since a named statement would not follow the next transaction.
         """
         import psycopg
 
         wrapper = self.connection
+        prepare = not wrapper.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
         wrapper.ensure_connection()
         with wrapper.wrap_database_errors, psycopg.Cursor(wrapper.connection) as cursor:
-            cursor.execute(sql, params, prepare=True)
+            cursor.execute(sql, params, prepare=prepare)
             return cursor.fetchall()
 
     def enqueue(self, batch: EnqueueBatch) -> list[int]:

@@ -1,6 +1,9 @@
 """The raw-psycopg floor: what PostgreSQL itself allows, with no queue semantics at all.
 
-Enqueue: one single-row INSERT per transaction (autocommit). Drain: each
+Enqueue: one single-row INSERT per transaction (autocommit), into a minimal
+table (``enqueue``) and, to separate the schema's cost from the library's, into
+alkstore's own job table with all its indexes (``enqueue-schema``, on the
+database named by ``BENCH_ALKSTORE_URL``). Drain: each
 process deletes batches of 100 rows chosen ``FOR UPDATE SKIP LOCKED`` (claim
 and "ack" in one statement) until the table is empty.
 """
@@ -46,6 +49,24 @@ def enqueue(n: str, batch: str) -> dict:
         return common.timed_enqueue(int(n), int(batch), one, None)
 
 
+def enqueue_schema(n: str, batch: str) -> dict:
+    url = os.environ["BENCH_ALKSTORE_URL"].replace("postgres://", "postgresql://", 1)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DELETE FROM alkstore_django_job WHERE queue = 'floor'")
+        sql = (
+            "INSERT INTO alkstore_django_job (queue, payload, priority, run_at, attempts, "
+            "max_attempts, visibility_timeout_s, retry_base_s, state, enqueued_at) "
+            "VALUES ('floor', %s::jsonb, 0, now(), 0, 3, 300, 5, 'pending', now())"
+        )
+
+        def one(i: int) -> None:
+            conn.execute(sql, [f'{{"i": {i}}}'])
+
+        result = common.timed_enqueue(int(n), int(batch), one, None)
+        conn.execute("DELETE FROM alkstore_django_job WHERE queue = 'floor'")
+        return result
+
+
 def drain(n: str, procs: str) -> dict:
     with connect() as conn:
         conn.execute(f"TRUNCATE {TABLE}")
@@ -83,6 +104,7 @@ if __name__ == "__main__":
             "setup": setup,
             "capabilities": capabilities,
             "enqueue": enqueue,
+            "enqueue-schema": enqueue_schema,
             "drain": drain,
             "worker": worker,
         }

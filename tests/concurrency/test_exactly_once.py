@@ -159,20 +159,21 @@ def test_claim_one__waits_for_another_sessions_write_lock_instead_of_failing():
     # SQLite has no row locks: a claim waits (busy timeout) for the writer, then runs.
     q = store.queue("locked")
     job_id = q.enqueue({})
-    locked, done = threading.Event(), threading.Event()
+    locked = threading.Event()
 
     def hold_write_lock(_):
         with transaction.atomic():
             store.queue("other").enqueue({})
             locked.set()
             time.sleep(0.5)
-        done.set()
 
     holder = threading.Thread(target=lambda: run_threads(1, hold_write_lock))
     holder.start()
     assert locked.wait(10)
+    started = time.monotonic()
     handle = q.claim_one("w")
-    assert done.is_set()
+    # It waited for the writer's half-second transaction rather than failing.
+    assert time.monotonic() - started > 0.3
     assert handle.job.id == job_id
     holder.join(10)
 

@@ -185,3 +185,29 @@ def test_claim__with_the_app_clock_a_day_behind_still_claims_due_jobs(monkeypatc
     monkeypatch.setattr(timezone, "now", lambda: real_now() - timedelta(days=1))
     monkeypatch.setattr(time, "time", lambda: real_time() - 86_400)
     assert q.claim_one("behind").job.id == job_id
+
+
+def test_reclaim__lapsed_rows_beyond_n_wait_as_pending_with_their_attempts():
+    q = store.queue("reclaim", max_attempts=5)
+    ids = q.enqueue_many(["a", "b", "c"])
+    stale = q.claim_batch("w1", 3)
+    for job_id in ids:
+        lapse_claim(job_id)
+    first = q.claim_one("w2")
+    assert (first.job.id, first.job.attempts) == (ids[0], 2)
+    rest = [store.get_job(job_id) for job_id in ids[1:]]
+    assert all(job.state != "processing" or job.worker_id == "w1" for job in rest)
+    assert all(h.ack() is False for h in stale)
+    again = q.claim_batch("w3", 5)
+    assert [(h.job.id, h.job.attempts) for h in again] == [(ids[1], 2), (ids[2], 2)]
+
+
+def test_reclaim__a_lapsed_row_that_also_expired_is_not_claimed():
+    q = store.queue("reclaim")
+    job_id = q.enqueue({}, expires_s=60)
+    q.claim_one("w1")
+    lapse_claim(job_id)
+    expire_job(job_id)
+    assert q.claim_one("w2") is None
+    assert q.sweep_expired().expired == 1
+    assert store.get_job(job_id).last_error == "expired"

@@ -171,3 +171,43 @@ def test_enqueue_many__rollback_of_a_savepoint_drops_only_its_jobs():
             q.enqueue_many([3, 4])
             raise RuntimeError("inner")
     assert sorted(Job.objects.filter(queue="tx").values_list("id", flat=True)) == first
+
+
+def test_enqueue_many__splits_a_huge_batch_and_keeps_every_id_in_order():
+    ids = store.queue("huge").enqueue_many([{"n": n} for n in range(10_001)])
+    assert len(ids) == len(set(ids)) == 10_001 and ids == sorted(ids)
+    assert live_count("huge") == 10_001
+    assert store.get_job(ids[-1]).payload == {"n": 10_000}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_many__a_failure_in_a_later_chunk_writes_nothing(monkeypatch):
+    dialect_class = type(store.dialect)
+    original = dialect_class.enqueue
+    calls = []
+
+    def second_chunk_fails(self, batch):
+        calls.append(len(batch.payloads))
+        if len(calls) == 2:
+            raise RuntimeError("connection lost mid-batch")
+        return original(self, batch)
+
+    monkeypatch.setattr(dialect_class, "enqueue", second_chunk_fails)
+    with pytest.raises(RuntimeError, match="mid-batch"):
+        store.queue("huge").enqueue_many([{"n": n} for n in range(10_005)])
+    assert calls == [10_000, 5]
+    assert live_count() == 0
+
+
+def test_enqueue__accepts_the_extremes_of_every_range():
+    from alkstore_django.validation import MAX_DURATION_S
+
+    q = store.queue("edges", visibility_timeout_s=MAX_DURATION_S, retry_base_s=0)
+    job = store.get_job(
+        q.enqueue({}, delay_s=MAX_DURATION_S, priority=-(2**31), max_attempts=2**31 - 1)
+    )
+    assert job.run_at - job.enqueued_at == timedelta(seconds=MAX_DURATION_S)
+    assert (job.priority, job.max_attempts) == (-(2**31), 2**31 - 1)
+    top = store.get_job(q.enqueue({}, priority=2**31 - 1))
+    assert top.priority == 2**31 - 1
+    assert q.claim_one("w").job.id == top.id

@@ -85,6 +85,8 @@ def test_queue__refuses_bad_options(opts, shown):
         ({"delay_s": math.inf}, "delay_s inf"),
         ({"delay_s": "5"}, "delay_s '5'"),
         ({"delay_s": True}, "delay_s True"),
+        ({"delay_s": 10**400}, "delay_s 1000"),
+        ({"delay_s": 100 * 365 * 86_400 + 1}, "delay_s 3153600001"),
         ({"run_at": datetime(2030, 1, 1)}, "run_at datetime.datetime(2030, 1, 1, 0, 0)"),
         ({"run_at": "2030-01-01T00:00:00Z"}, "run_at '2030-01-01T00:00:00Z'"),
         ({"expires_s": -3}, "expires_s -3"),
@@ -219,3 +221,9 @@ def test_get_job__refuses_an_id_that_is_not_an_integer(job_id):
 def test_enqueue__refuses_a_naive_run_at_even_when_delay_s_wins(nothing_written):
     with pytest.raises(InvalidArgument, match="timezone-aware"):
         store.queue("bad").enqueue({}, delay_s=5, run_at=datetime(2030, 1, 1))
+
+
+@pytest.mark.parametrize("payloads", [None, 5, 1.5])
+def test_enqueue_many__refuses_payloads_that_are_not_a_collection(payloads, nothing_written):
+    with pytest.raises(InvalidArgument, match=f"type {type(payloads).__name__}"):
+        store.queue("bad").enqueue_many(payloads)

@@ -59,6 +59,12 @@ def chaos_work(job):
     return job.id
 
 
+@handler("chaos.tick")
+def chaos_tick(job):
+    """The target of the chaos schedules: recorded like any other job."""
+    return chaos_work(job)
+
+
 @handler("chaos.poison")
 def chaos_poison(job):
     """Kill the worker process that runs it, as a segfaulting extension would."""
