@@ -24,12 +24,12 @@ def _error(msg: str, hint: str, id_: str) -> checks.Error:
 
 
 def _positive_number(value: Any) -> bool:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0
-    )
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value) and value > 0
+    except OverflowError:  # an int too large for a float is no sane interval
+        return False
 
 
 def _sqlite_warnings(alias: str) -> list[checks.CheckMessage]:

@@ -30,6 +30,7 @@ from .notify import Watcher, open_watcher
 from .queues import JobHandle, Queue
 from .records import Job
 from .store import Store, get_store
+from .validation import validate_worker_id
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +119,9 @@ class Worker:
         # Refill once a quarter of the capacity is free: claims come in batches
         # while the rest of what is held keeps the threads busy.
         self._refill_at = max(1, self.capacity // 4)
-        self.worker_id = worker_id or default_worker_id()
+        # Checked here: the worker's claims skip the per-call validation of claim_batch,
+        # and an id the column cannot hold would fail every claim, forever.
+        self.worker_id = default_worker_id() if worker_id is None else validate_worker_id(worker_id)
         self.burst = burst
         self.grace_s = grace_s
         self.poll_interval_s = poll_interval_s or app_settings.poll_interval_s

@@ -101,7 +101,11 @@ def one_run(jobs: int, batch: int) -> float:
             done += 1
     elapsed = time.perf_counter() - started
     if done != jobs:
-        raise RuntimeError(f"drained {done} of {jobs} jobs")
+        left = q.stats()
+        raise RuntimeError(
+            f"drained {done} of {jobs} jobs; the queue now holds {left.pending} pending, "
+            f"{left.processing} processing: is something else using this database?"
+        )
     return jobs / elapsed
 
 
@@ -137,6 +141,13 @@ def main() -> int:
     ensure_database(url)
     setup_django()
     from django.db import connection
+
+    # Two runs on one database would truncate each other's jobs mid-drain.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtext('alkstore bench/claim_backlog'))")
+        if not cursor.fetchone()[0]:
+            print("Another claim_backlog run is using this database: wait for it or use another.")
+            return 2
 
     version = connection.pg_version
     print(f"PostgreSQL {version}; {args.jobs} jobs x {args.runs} runs, batch {args.batch}")

@@ -13,6 +13,18 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parent.parent
 VENDOR = "postgresql" if "postgresql" in settings.DATABASES["default"]["ENGINE"] else "sqlite"
 
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # Here, not in tests/chaos/conftest.py: pytest only asks the conftests it
+    # loads at start-up, and a plain `pytest` run loads only this one then.
+    parser.addoption(
+        "--chaos-long",
+        action="store_true",
+        default=False,
+        help="Run the chaos scenarios (tests/chaos) as long soaks; see docs/reliability.md.",
+    )
+
+
 postgres_only = pytest.mark.skipif(VENDOR != "postgresql", reason="needs PostgreSQL")
 sqlite_only = pytest.mark.skipif(VENDOR != "sqlite", reason="pins SQLite's own behaviour")
 
@@ -42,4 +54,3 @@ def subprocess_env() -> dict[str, str]:
 @pytest.fixture
 def python() -> str:
     return sys.executable
-

@@ -130,13 +130,15 @@ class PostgresDialect(Dialect):
             "pick AS (SELECT id FROM (SELECT id, priority, run_at FROM fresh UNION ALL "
             "SELECT id, priority, run_at FROM lapsed WHERE live AND due) AS u "
             "ORDER BY priority DESC, run_at, id LIMIT %s), "
-            f"dead AS (DELETE FROM {J} j USING lapsed l WHERE j.id = l.id AND NOT l.live "
-            "RETURNING j.*), "
+            # The moves of lapsed rows look them up by primary key the same way
+            # as the claim below, whatever the generic plan guesses for lapsed.
+            f"dead AS (DELETE FROM {J} j "
+            "WHERE j.id = ANY(ARRAY(SELECT id FROM lapsed WHERE NOT live)) RETURNING j.*), "
             f"buried AS (INSERT INTO {D} ({DEAD_COLUMNS}) SELECT {DEAD_COPY}, "
             f"'max attempts exceeded', {NOW} FROM dead), "
             f"revived AS (UPDATE {J} j SET state = 'pending', worker_id = NULL, "
-            "claim_expires_at = NULL FROM lapsed l WHERE j.id = l.id AND l.live "
-            "AND l.id NOT IN (SELECT id FROM pick)), "
+            "claim_expires_at = NULL WHERE j.id = ANY(ARRAY(SELECT id FROM lapsed "
+            "WHERE live AND id NOT IN (SELECT id FROM pick)))), "
             f"c AS (UPDATE {J} j SET state = 'processing', attempts = j.attempts + 1, "
             f"worker_id = %s, claim_expires_at = {self.plus_sql(NOW, 'j.visibility_timeout_s')} "
             # = ANY(ARRAY(...)) keeps the primary-key lookup in the generic plan a

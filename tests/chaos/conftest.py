@@ -1,10 +1,11 @@
 """The chaos suite's switches and fixtures.
 
 By default every scenario runs in a short, bounded form inside the normal test
-command. ``--chaos-long`` (or ``ALKSTORE_CHAOS_LONG=1``) turns each into a
-longer soak: more jobs, more faults, longer timeouts. The figures of every
-scenario are printed at the end of the run and written to
-``.test-db/chaos-figures-<engine>.json`` for docs/reliability.md.
+command. ``--chaos-long`` (declared in tests/conftest.py) or
+``ALKSTORE_CHAOS_LONG=1`` turns each into a longer soak: more jobs, more
+faults, longer timeouts. The figures of every scenario are printed at the
+end of the run and written to ``.test-db/chaos-figures-<engine>.json`` for
+docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -15,20 +16,13 @@ import os
 import pytest
 from django import get_version
 
-from tests.chaos.harness import Figures, Fleet, env_flag
-from tests.conftest import ROOT, VENDOR
+pytest.register_assert_rewrite("tests.chaos.harness")
+
+from tests.chaos.harness import Figures, Fleet, env_flag  # noqa: E402
+from tests.conftest import ROOT, VENDOR  # noqa: E402
 
 LONG_TIMEOUT_S = 1800
 FIGURES: list[dict[str, object]] = []
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--chaos-long",
-        action="store_true",
-        default=False,
-        help="Run the chaos scenarios as long soaks (more jobs and faults; minutes each).",
-    )
 
 
 def chaos_long_enabled(config: pytest.Config) -> bool:

@@ -291,6 +291,17 @@ def account(scenario: str, engine: str, ids: Sequence[int], fleet: Fleet | None 
     return figures
 
 
+def settle(figures: Figures, fleet: Fleet, started: float, report: Callable) -> Figures:
+    """Record the figures, then fail on anything the accounting found."""
+    figures.seconds = round(time.monotonic() - started, 1)
+    report(figures)
+    assert not figures.problems, "\n".join(figures.problems[:20]) + "\n" + fleet.tail()
+    assert figures.lost == 0
+    assert figures.unexplained == 0
+    assert figures.same_attempt_twice == 0
+    return figures
+
+
 def drained(queues: Sequence[str]) -> Callable[[], bool]:
     """Return a predicate: no live job is left in ``queues``."""
     return lambda: not Job.objects.filter(queue__in=list(queues)).exists()

@@ -15,8 +15,7 @@ import pytest
 
 from alkstore_django import store
 from alkstore_django.models import DeadJob, Job
-from tests.chaos.harness import account, wait_for
-from tests.chaos.test_worker_faults import settle
+from tests.chaos.harness import account, settle, wait_for
 from tests.conftest import VENDOR
 from tests.helpers import db_now
 from tests.testapp.models import ChaosRun

@@ -19,8 +19,7 @@ import pytest
 from django.db import connection
 
 from alkstore_django import store
-from tests.chaos.harness import account, drained, wait_for
-from tests.chaos.test_worker_faults import settle
+from tests.chaos.harness import account, drained, settle, wait_for
 from tests.conftest import VENDOR
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]

@@ -25,8 +25,7 @@ from django.db import DatabaseError, connection
 
 from alkstore_django import store
 from alkstore_django.models import DeadJob, Job, Schedule
-from tests.chaos.harness import account, drained, env_flag, wait_for
-from tests.chaos.test_worker_faults import settle
+from tests.chaos.harness import account, drained, env_flag, settle, wait_for
 from tests.conftest import VENDOR
 from tests.testapp.models import ChaosRun
 
@@ -84,11 +83,10 @@ def restart_postgres() -> subprocess.Popen:
     )
 
 
-def probe_during(restart: subprocess.Popen) -> tuple[list[int], list[int]]:
-    """Enqueue probe jobs until a second after the restart returns; sort them by outcome."""
+def probe_during(restart: subprocess.Popen, number: int) -> tuple[list[int], list[int]]:
+    """Enqueue probes numbered after ``number`` until a second after the restart returns."""
     probes = store.queue("chaos.probe")
     accepted, refused = [], []
-    number = 0
     settled_at = None
     while settled_at is None or time.monotonic() - settled_at < 1.0:
         number += 1
@@ -129,7 +127,7 @@ def test_postgres_restarted_mid_drain__everyone_reconnects_and_nothing_is_lost(
         ), fleet.tail()
         restart = restart_postgres()
         try:
-            ok, failed = probe_during(restart)
+            ok, failed = probe_during(restart, len(accepted) + len(refused))
             accepted += ok
             refused += failed
         finally:

@@ -19,8 +19,7 @@ import pytest
 from alkstore_django import store
 from alkstore_django.models import DeadJob, Job, Lock, Schedule
 from alkstore_django.scheduler import LEADER_LOCK, LEADER_TTL_S
-from tests.chaos.harness import Fleet, Proc, account, drained, wait_for
-from tests.chaos.test_worker_faults import settle
+from tests.chaos.harness import Fleet, Proc, account, drained, settle, wait_for
 from tests.conftest import VENDOR
 from tests.helpers import db_now
 from tests.testapp.models import ChaosRun

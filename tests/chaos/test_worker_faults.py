@@ -14,7 +14,7 @@ import pytest
 
 from alkstore_django import store
 from alkstore_django.models import DeadJob, Job
-from tests.chaos.harness import Figures, Fleet, account, drained, wait_for
+from tests.chaos.harness import account, drained, settle, wait_for
 from tests.conftest import VENDOR
 from tests.testapp.models import ChaosRun
 
@@ -22,17 +22,6 @@ pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
 
 CONCURRENCY = 4
 BATCH = CONCURRENCY * 4
-
-
-def settle(figures: Figures, fleet: Fleet, started: float, report) -> Figures:
-    """Record the figures, then fail on anything the accounting found."""
-    figures.seconds = round(time.monotonic() - started, 1)
-    report(figures)
-    assert not figures.problems, "\n".join(figures.problems[:20]) + "\n" + fleet.tail()
-    assert figures.lost == 0
-    assert figures.unexplained == 0
-    assert figures.same_attempt_twice == 0
-    return figures
 
 
 @pytest.mark.timeout(150)

@@ -353,8 +353,7 @@ def test_schedule__a_named_error_and_nothing_written_or_an_exact_round_trip(
     try:
         assert (row.name, row.spec, row.queue, row.payload) == (name, spec, queue, payload)
         assert row.next_run_at.timestamp() % row.interval_s == 0
-        assert store.get_job  # the schedule itself enqueues nothing until a tick
-        assert written()[0] == before[0]
+        assert written()[0] == before[0]  # registering enqueues nothing until a tick
     finally:
         assert store.unschedule(name)
 
@@ -404,6 +403,27 @@ def test_commands__refuse_a_10000_character_name_by_its_rule():
 def test_alkstore_purge__refuses_absurd_ages(age):
     with pytest.raises(CommandError):
         call_command("alkstore", "purge-dead", "--queue", "q", "--older-than", age)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--concurrency", "0"],
+        ["--concurrency", "-4"],
+        ["--concurrency", "1e9"],
+        ["--batch", "0"],
+        ["--grace-s", "nan"],
+        ["--grace-s", "-1"],
+        ["--worker-id", ""],
+        ["--worker-id", TOO_LONG],
+    ],
+    ids=lambda a: " ".join(a)[:30],
+)
+def test_runworker__refuses_absurd_arguments_before_claiming(args):
+    job_id = store.queue("t.noop").enqueue({})
+    with pytest.raises(CommandError):
+        call_command("runworker", "--queue", "t.noop", "--burst", *args)
+    assert store.get_job(job_id).state == "pending"
 
 
 @pytest.mark.parametrize("interval", ["nan", "inf", "-1", "0", "1e309"])
