@@ -225,6 +225,10 @@ def peer_figures(sizes: Sizes, runs: int, alkstore_url: str) -> list[Figure]:
     figures: list[Figure] = []
     env = base_env()
     python = str(ensure_peers_venv())
+    # alkstore's side of the comparisons the targets are about, re-measured run
+    # by run in alternation with the peer's, so both see the same machine load.
+    ours_env = dict(env, BENCH_DATABASE_URL=alkstore_url)
+    ours = [sys.executable, "-m", "bench.workloads"]
     drivers = {
         "raw psycopg floor": ([sys.executable, "-m", "bench.peers.floor"], "alk_perf_floor"),
         "procrastinate": (
@@ -252,9 +256,18 @@ def peer_figures(sizes: Sizes, runs: int, alkstore_url: str) -> list[Figure]:
             return fig
 
         one = add("enqueue one by one", "jobs/s")
-        schema = None
+        schema = paired_one = paired_p50 = paired_p99 = None
         if system == "raw psycopg floor":
             schema = add("enqueue one by one, into alkstore's job table", "jobs/s")
+            paired_one = Figure("enqueue one by one, paired", "alkstore", "postgresql", "jobs/s")
+            figures.append(paired_one)
+        if system == "procrastinate":
+            paired_p50, paired_p99 = (
+                Figure(f"pickup latency {p} ({sizes.latency} jobs), paired", "alkstore",
+                       "postgresql", "ms")
+                for p in ("p50", "p99")
+            )  # fmt: skip
+            figures.extend([paired_p50, paired_p99])
         batches = {b: add(f"enqueue_many({b})", "jobs/s") for b in caps.get("batches", [])}
         drains = {p: add(f"drain {n} no-op, {p} process{'es' if p > 1 else ''}", "jobs/s",
                          note=f"{n} jobs") for p in (1, 4)}  # fmt: skip
@@ -262,6 +275,14 @@ def peer_figures(sizes: Sizes, runs: int, alkstore_url: str) -> list[Figure]:
         p50 = add(f"pickup latency p50 ({sizes.latency} jobs)", "ms") if lat else None
         p99 = add(f"pickup latency p99 ({sizes.latency} jobs)", "ms") if lat else None
         for _ in range(runs):
+            if paired_one is not None:
+                paired_one.values.append(
+                    run_json([*ours, "enqueue", str(sizes.enqueue_one), "0"], ours_env)["rate"]
+                )
+            if paired_p50 is not None and paired_p99 is not None:
+                result = run_json([*ours, "latency", str(sizes.latency)], ours_env)
+                paired_p50.values.append(result["p50_ms"])
+                paired_p99.values.append(result["p99_ms"])
             one.values.append(
                 run_json([*command, "enqueue", str(sizes.enqueue_one), "0"], peer_env)["rate"]
             )
@@ -314,7 +335,7 @@ def ratio_rows(figures: list[Figure]) -> list[Figure]:
         if fig.name.startswith("drain"):
             key = next((k for k in ours if k.startswith("drain") and k.endswith(
                 fig.name.split(",")[-1])), key)  # fmt: skip
-        mine = ours.get(key)
+        mine = ours.get(f"{key}, paired") or ours.get(key)
         if mine is None or not mine.values:
             continue
         lower_is_better = fig.unit == "ms"

@@ -35,10 +35,10 @@ manage place_order grace@example.com 4550
 manage place_order linus@example.com 999
 echo "== queues before the worker runs"
 manage alkstore stats
-echo "== run the scheduler for 5 seconds (stock-report fires @every 2s)"
-manage runscheduler &
+echo "== run the scheduler for 7 seconds (stock-report fires @every 2s)"
+"$VENV/bin/python" manage.py runscheduler &
 SCHED=$!
-sleep 5
+sleep 7
 kill -TERM "$SCHED"; wait "$SCHED"
 echo "== run a worker until the queues are drained"
 manage runworker --burst
