@@ -25,8 +25,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-postgres_only = pytest.mark.skipif(VENDOR != "postgresql", reason="needs PostgreSQL")
-sqlite_only = pytest.mark.skipif(VENDOR != "sqlite", reason="pins SQLite's own behaviour")
+def postgres_only(reason: str) -> pytest.MarkDecorator:
+    """Skip on SQLite, saying what SQLite physically lacks and where the sibling is."""
+    return pytest.mark.skipif(VENDOR != "postgresql", reason=f"PostgreSQL only: {reason}")
+
+
+def sqlite_only(reason: str) -> pytest.MarkDecorator:
+    """Skip on PostgreSQL: the test pins SQLite's own behaviour."""
+    return pytest.mark.skipif(VENDOR != "sqlite", reason=f"SQLite only: {reason}")
 
 
 def database_url() -> str:

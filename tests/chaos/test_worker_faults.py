@@ -166,7 +166,10 @@ def test_poison_job__dead_lettered_after_exactly_max_attempts_while_others_carry
     ids += work.enqueue_many([{"work_ms": 2}] * (count - count // 2))
     queues = ["chaos.poison", "chaos.work"]
     slots = ["poison-w0", "poison-w1"]
-    workers = {slot: fleet.start_worker(slot, queues, concurrency=CONCURRENCY) for slot in slots}
+    workers = {
+        slot: fleet.start_worker(slot, queues, concurrency=CONCURRENCY, batch=BATCH)
+        for slot in slots
+    }
     is_drained = drained(queues)
     deadline = time.monotonic() + (600 if chaos_long else 100)
     exit_codes = []
@@ -175,7 +178,7 @@ def test_poison_job__dead_lettered_after_exactly_max_attempts_while_others_carry
             exit_codes.append(proc.popen.returncode)
             slot = proc.name.rsplit(".", 1)[0]
             # As a process supervisor would: the worker comes back.
-            workers[slot] = fleet.start_worker(slot, queues, concurrency=CONCURRENCY)
+            workers[slot] = fleet.start_worker(slot, queues, concurrency=CONCURRENCY, batch=BATCH)
             fleet.restarts += 1
         time.sleep(0.2)
     assert is_drained(), fleet.tail()

@@ -123,7 +123,7 @@ def test_sigkill__held_claims_are_reclaimed_after_the_visibility_timeout(subproc
     assert not DeadJob.objects.exists()
 
 
-@postgres_only
+@postgres_only("SQLite has no LISTEN connection to terminate; its wake-up watches the file")
 def test_lost_notification__is_covered_by_the_poll_and_the_listener_reconnects(subprocess_env):
     proc = runworker(subprocess_env, "--queue", "t.record", wait=False)
     try:

@@ -130,7 +130,7 @@ def test_claim_batch__three_processes_drain_one_queue_exactly_once(
     assert live_count() == 0
 
 
-@postgres_only
+@postgres_only("SQLite has no row locks to skip; the sibling pins its wait for the write lock")
 def test_claim_one__skips_rows_locked_by_another_session():
     q = store.queue("locked")
     first, second = q.enqueue_many(["first", "second"])
@@ -154,7 +154,7 @@ def test_claim_one__skips_rows_locked_by_another_session():
     assert q.claim_one("w").job.id == first
 
 
-@sqlite_only
+@sqlite_only("a claim waits for the write lock instead of skipping rows")
 def test_claim_one__waits_for_another_sessions_write_lock_instead_of_failing():
     # SQLite has no row locks: a claim waits (busy timeout) for the writer, then runs.
     q = store.queue("locked")

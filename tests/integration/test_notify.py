@@ -29,7 +29,7 @@ def queue_watcher():
     watcher.close()
 
 
-@postgres_only
+@postgres_only("SQLite has no NOTIFY; its wake-up is a change of the database file (sibling below)")
 def test_enqueue__notifies_the_queue_channel_only_on_commit(queue_watcher):
     q = store.queue("woken")
     assert queue_watcher.receive(0) == []
@@ -44,19 +44,19 @@ def test_enqueue__notifies_the_queue_channel_only_on_commit(queue_watcher):
     assert queue_watcher.receive(WAIT_S) == [(channel_for("woken"), "")]
 
 
-@postgres_only
+@postgres_only("SQLite has no NOTIFY; its wake-up is a change of the database file (sibling below)")
 def test_enqueue__outside_a_transaction_notifies_at_once(queue_watcher):
     store.queue("woken").enqueue_many([1, 2, 3])
     assert queue_watcher.receive(WAIT_S) == [(channel_for("woken"), "")]
 
 
-@postgres_only
+@postgres_only("SQLite has no NOTIFY; its wake-up is a change of the database file (sibling below)")
 def test_enqueue__on_another_queue_does_not_notify(queue_watcher):
     store.queue("elsewhere").enqueue({})
     assert queue_watcher.receive(QUIET_S) == []
 
 
-@sqlite_only
+@sqlite_only("the file-watch wake-up that stands in for NOTIFY")
 def test_enqueue__changes_the_watched_file_only_on_commit(queue_watcher):
     q = store.queue("woken")
     connection.ensure_connection()

@@ -92,7 +92,7 @@ def test_serve__logs_an_outage_and_carries_on(monkeypatch, caplog):
     assert "scheduler database reachable again" in caplog.text
 
 
-@postgres_only  # a server-side disconnect; the SQLite sibling is the outage test above
+@postgres_only("SQLite has no server session to terminate; the sibling is the outage test above")
 def test_serve__survives_its_connection_being_terminated(caplog):
     caplog.set_level(logging.INFO, logger="alkstore_django")
     store.schedule("beat", "@every 1s", "beats")
