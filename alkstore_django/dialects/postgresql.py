@@ -15,6 +15,7 @@ from ..records import Job as JobRecord
 from .base import DEAD_COLUMNS, DEAD_COPY, JOB_SELECT, D, Dialect, J
 
 NOW = "statement_timestamp()"
+NEVER_AUTO_PREPARE = 2**62
 
 
 class PostgresDialect(Dialect):
@@ -47,6 +48,12 @@ class PostgresDialect(Dialect):
         wrapper = self.connection
         prepare = not wrapper.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
         wrapper.ensure_connection()
+        if prepare and wrapper.connection.prepare_threshold is None:
+            # Django turns psycopg's preparation off (threshold None), which
+            # also ignores prepare=True. A threshold no query count reaches
+            # keeps automatic preparation off for the site's own queries while
+            # honouring ours.
+            wrapper.connection.prepare_threshold = NEVER_AUTO_PREPARE
         with wrapper.wrap_database_errors, psycopg.Cursor(wrapper.connection) as cursor:
             cursor.execute(sql, params, prepare=prepare)
             return cursor.fetchall()
@@ -54,24 +61,32 @@ class PostgresDialect(Dialect):
     def enqueue(self, batch: EnqueueBatch) -> list[int]:
         # One statement: the rows and the wake-up commit together, and a
         # notification sent inside the caller's transaction is delivered only
-        # on commit (PostgreSQL folds the repeats into one).
+        # on commit (PostgreSQL folds the repeats into one). It is prepared:
+        # parsing and planning would otherwise cost more than the insert.
         run_at_sql, run_at_params = self._run_at(batch.run_at, batch.delay_s)
         expires_sql = self.plus_sql(NOW, "%s::float8") if batch.expires_s is not None else "NULL"
-        sql = (
-            f"WITH ins AS (INSERT INTO {J} (queue, payload, priority, run_at, attempts, "
-            "max_attempts, visibility_timeout_s, retry_base_s, expires_at, state, enqueued_at) "
-            f"SELECT %s, u.p::jsonb, %s, {run_at_sql}, 0, %s, %s, %s, {expires_sql}, "
-            f"'pending', {NOW} FROM unnest(%s::text[]) WITH ORDINALITY AS u(p, o) "
-            "ORDER BY u.o RETURNING id) "
-            "SELECT ins.id FROM ins, (SELECT pg_notify(%s, '')) AS n ORDER BY ins.id"
+        columns = (
+            f"INSERT INTO {J} (queue, payload, priority, run_at, attempts, max_attempts, "
+            "visibility_timeout_s, retry_base_s, expires_at, state, enqueued_at)"
         )
-        params: list[Any] = [batch.queue, batch.priority, *run_at_params, *batch.stamp_params()]
+        values = f"%s::jsonb, %s, {run_at_sql}, 0, %s, %s, %s, {expires_sql}, 'pending', {NOW}"
+        params: list[Any] = [batch.priority, *run_at_params, *batch.stamp_params()]
         if batch.expires_s is not None:
             params.append(batch.expires_s)
-        params += [list(batch.payloads), batch.channel]
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return [row[0] for row in cursor.fetchall()]
+        if len(batch.payloads) == 1:
+            rows = f"{columns} VALUES (%s, {values})"
+            params = [batch.queue, batch.payloads[0], *params]
+        else:
+            rows = (
+                f"{columns} SELECT %s, {values.replace('%s::jsonb', 'u.p::jsonb', 1)} "
+                "FROM unnest(%s::text[]) WITH ORDINALITY AS u(p, o) ORDER BY u.o"
+            )
+            params = [batch.queue, *params, list(batch.payloads)]
+        sql = (
+            f"WITH ins AS ({rows} RETURNING id) "
+            "SELECT ins.id FROM ins, (SELECT pg_notify(%s, '')) AS n ORDER BY ins.id"
+        )
+        return [row[0] for row in self.fetch_prepared(sql, [*params, batch.channel])]
 
     def _run_at(self, run_at: datetime | None, delay_s: float | None) -> tuple[str, list[Any]]:
         if delay_s is not None:
