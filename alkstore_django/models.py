@@ -18,7 +18,7 @@ class JobState(models.TextChoices):
 
 
 def _job_record(
-    row: Job | DeadJob,
+    row: JobStamps,
     *,
     state: str,
     claim_expires_at: datetime | None = None,
@@ -26,7 +26,7 @@ def _job_record(
 ) -> records.Job:
     """Build the API's Job from a live row or a dead letter (they share these fields)."""
     return records.Job(
-        id=row.id,
+        id=row.pk,
         queue=row.queue,
         payload=row.payload,
         priority=row.priority,
@@ -53,10 +53,9 @@ class JobQuerySet(models.QuerySet):
         return self.filter(state=JobState.PROCESSING)
 
 
-class Job(models.Model):
-    """A live job: pending, or processing under a claim that ends at ``claim_expires_at``."""
+class JobStamps(models.Model):
+    """The columns a job keeps from enqueue to dead letter (the SPEC's Job, less its state)."""
 
-    id = models.BigAutoField(primary_key=True)
     queue = models.CharField(max_length=NAME_MAX_LENGTH)
     payload = models.JSONField(null=True)
     priority = models.IntegerField(default=0)
@@ -66,11 +65,20 @@ class Job(models.Model):
     visibility_timeout_s = models.FloatField()
     retry_base_s = models.FloatField()
     expires_at = models.DateTimeField(null=True, blank=True)
-    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     worker_id = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
-    claim_expires_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)  # noqa: DJ001
     enqueued_at = models.DateTimeField()
+
+    class Meta:
+        abstract = True
+
+
+class Job(JobStamps):
+    """A live job: pending, or processing under a claim that ends at ``claim_expires_at``."""
+
+    id = models.BigAutoField(primary_key=True)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    claim_expires_at = models.DateTimeField(null=True, blank=True)
 
     objects = JobQuerySet.as_manager()
 
@@ -120,22 +128,10 @@ class Job(models.Model):
         return _job_record(self, state=self.state, claim_expires_at=self.claim_expires_at)
 
 
-class DeadJob(models.Model):
+class DeadJob(JobStamps):
     """A dead letter: the job under the id it had while live, with why it died."""
 
     id = models.BigIntegerField(primary_key=True)
-    queue = models.CharField(max_length=NAME_MAX_LENGTH)
-    payload = models.JSONField(null=True)
-    priority = models.IntegerField(default=0)
-    run_at = models.DateTimeField()
-    attempts = models.PositiveIntegerField(default=0)
-    max_attempts = models.PositiveIntegerField()
-    visibility_timeout_s = models.FloatField()
-    retry_base_s = models.FloatField()
-    expires_at = models.DateTimeField(null=True, blank=True)
-    worker_id = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
-    last_error = models.TextField(null=True, blank=True)  # noqa: DJ001
-    enqueued_at = models.DateTimeField()
     died_at = models.DateTimeField()
 
     class Meta:
