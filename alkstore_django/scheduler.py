@@ -384,8 +384,12 @@ def serve(
             run_schedules(store, stop, owner=owner)
             return
         except LeadershipLost as exc:
-            if not standing_by:
-                logger.info("scheduler standing by owner=%s reason=%s", owner, exc)
+            # A lease lost while leading is always worth a line; repeated
+            # refusals while standing by are not.
+            lost_lead = "was lost" in str(exc)
+            if lost_lead or not standing_by:
+                level = logging.WARNING if lost_lead else logging.INFO
+                logger.log(level, "scheduler standing by owner=%s reason=%s", owner, exc)
             standing_by = True
         except (OperationalError, InterfaceError) as exc:
             if not outage:

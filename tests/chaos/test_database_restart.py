@@ -63,8 +63,6 @@ def restart_refusal() -> str | None:
         return "no local cluster listens on the test database's port"
     if os.geteuid() != 0 and pwd.getpwuid(os.geteuid()).pw_name != cluster[2]:
         return f"only root or {cluster[2]!r} may restart the cluster"
-    if os.environ.get("H_CHAOS_ALLOW_RESTART") != "1":  # H-TEMP: shared server until 14:35
-        return "H-TEMP guard"
     if env_flag("ALKSTORE_CHAOS_NO_PG_RESTART"):
         return "ALKSTORE_CHAOS_NO_PG_RESTART is set"
     return None

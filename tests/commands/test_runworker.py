@@ -161,6 +161,7 @@ def test_lost_notification__is_covered_by_the_poll_and_the_listener_reconnects(s
         (["--queue", "nope"], "No handler for 'nope'"),
         (["--concurrency", "0"], "expected a positive integer"),
         (["--batch", "x"], "expected a positive integer"),
+        (["--concurrency", "100000"], "up to 1024"),
         (["--grace-s", "-1"], "expected a number of seconds"),
     ],
 )

@@ -15,14 +15,20 @@ from alkstore_django.errors import AlkstoreError
 from alkstore_django.handlers import outbox_queue_name, registry
 from alkstore_django.worker import Worker
 
+# Far above any useful thread count, low enough that a typo cannot start
+# a hundred thousand threads or hold a whole queue under one worker's claim.
+MAX_COUNT = 1024
+
 
 def positive_int(value: str) -> int:
     try:
         number = int(value)
     except ValueError:
         number = 0
-    if number < 1:
-        raise CommandError(f"Invalid value {value!r}: expected a positive integer.")
+    if not 1 <= number <= MAX_COUNT:
+        raise CommandError(
+            f"Invalid value {value!r}: expected a positive integer up to {MAX_COUNT}."
+        )
     return number
 
 
