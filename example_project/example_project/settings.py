@@ -16,7 +16,9 @@ SECRET_KEY = env("SECRET_KEY", default="example-only-not-secret")
 DEBUG = env("DEBUG")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
 
-DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db' / 'example.sqlite3'}")}
+DATABASES = {
+    "default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db' / 'example.sqlite3'}")
+}
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # Several worker processes share the file: wait for the lock rather than fail,
     # and take the write lock at the start of each transaction.
