@@ -48,6 +48,18 @@ DB_RETRY_MAX_S = 5.0
 STOP_CHECK_S = 0.25
 
 
+def _tidy_connections(close: Callable[[], None]) -> None:
+    """Close stale connections without ever killing the thread that asks.
+
+    A handler thread that died here would silently shrink the pool; a
+    connection that cannot even be closed is logged and left to be replaced.
+    """
+    try:
+        close()
+    except Exception:
+        logger.warning("could not close a database connection", exc_info=True)
+
+
 def default_worker_id() -> str:
     """Return an id unique to this process: host, pid and a random suffix."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -276,7 +288,7 @@ class Worker:
         while True:
             held = self._work.get()
             if held is None:
-                connections.close_all()
+                _tidy_connections(connections.close_all)
                 return
             self._done.put(self._run_one(held))
             # Wake the main thread when it has a batch to settle and claim, or
@@ -286,7 +298,7 @@ class Worker:
 
     def _run_one(self, held: Held) -> Outcome:
         held.started_at = time.monotonic()
-        close_old_connections()
+        _tidy_connections(close_old_connections)
         try:
             value = held.handler(held.handle.job)
             outcome = Outcome(held, "ack", value=value)
@@ -302,7 +314,7 @@ class Worker:
             )
             outcome = Outcome(held, "retry", error=f"{type(exc).__name__}: {exc}", exc=exc)
         finally:
-            close_old_connections()
+            _tidy_connections(close_old_connections)
         outcome.duration_ms = (time.monotonic() - held.started_at) * 1000
         return outcome
 
@@ -323,7 +335,7 @@ class Worker:
                 self._halt.wait(1.0)
         if watcher is not None:
             watcher.close()
-        connections.close_all()
+        _tidy_connections(connections.close_all)
 
     # --- settling outcomes -------------------------------------------------------------
 
