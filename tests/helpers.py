@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.db.models.functions import Now
@@ -73,3 +75,14 @@ def fill_pending(queue: str, n: int) -> None:
     params = [queue, n] if connection.vendor == "postgresql" else [n, queue]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 20.0, interval: float = 0.05):
+    """Poll ``predicate`` until it is truthy or ``timeout`` passes; return its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    return predicate()

@@ -14,16 +14,7 @@ from alkstore_django import store
 from alkstore_django.models import Job, Lock
 from alkstore_django.scheduler import LEADER_LOCK, LEADER_TTL_S
 from tests.conftest import ROOT
-
-
-def wait_for(predicate, timeout_s: float, interval_s: float = 0.05):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    return predicate()
+from tests.helpers import wait_for
 
 
 def leader_pid() -> int | None:

@@ -14,6 +14,7 @@ from django.db import connection
 from alkstore_django import store
 from alkstore_django.models import DeadJob, Job
 from tests.conftest import postgres_only
+from tests.helpers import wait_for
 from tests.testapp.models import Run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
@@ -28,15 +29,6 @@ def runworker(env, *args, wait=True, timeout=60):
         out, _ = proc.communicate(timeout=timeout)
         return proc.returncode, out
     return proc
-
-
-def wait_for(predicate, timeout=20.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return False
 
 
 def test_runworker__processes_200_jobs_exactly_once(subprocess_env):

@@ -23,6 +23,7 @@ from alkstore_django.errors import (
 )
 from alkstore_django.models import Job, Lock, Schedule
 from alkstore_django.scheduler import LEADER_LOCK, run_schedules, tick
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -41,16 +42,6 @@ def boundaries_ago(name: str, n: int) -> datetime:
     at = datetime.fromtimestamp(last - (n - 1) * row.interval_s, tz=UTC)
     Schedule.objects.filter(name=name).update(next_run_at=at)
     return at
-
-
-def wait_for(predicate, timeout_s: float, interval_s: float = 0.05):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    return predicate()
 
 
 class Runner:

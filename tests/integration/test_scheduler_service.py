@@ -15,18 +15,9 @@ from alkstore_django.locks import acquire
 from alkstore_django.models import Job, Lock
 from alkstore_django.scheduler import LEADER_LOCK, serve
 from tests.conftest import postgres_only
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def wait_for(predicate, timeout_s: float, interval_s: float = 0.05):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    return predicate()
 
 
 def leader_owner() -> str | None:

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -20,19 +19,10 @@ from alkstore_django.models import DeadJob
 from alkstore_django.tasks import TaskLost
 from alkstore_django.testing import run_ready_tasks
 from alkstore_django.worker import Worker
-from tests.helpers import lapse_claim
+from tests.helpers import lapse_claim, wait_for
 from tests.testapp import tasks
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
-
-
-def wait_for(predicate, timeout=30.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return False
 
 
 def test_worker__runs_tasks_and_writes_results_in_the_outcome_transaction():
@@ -72,7 +62,7 @@ def start_worker_and_kill_mid_task(subprocess_env, result, queue, marker):
         cmd, env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
-        assert wait_for(marker.exists), "the worker never started the task"
+        assert wait_for(marker.exists, timeout=30.0), "the worker never started the task"
         assert marker.read_text() == result.id
     finally:
         os.kill(proc.pid, signal.SIGKILL)
