@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +11,7 @@ from django.db import transaction
 
 from .conf import QueueOptions, app_settings
 from .errors import InvalidArgument
-from .records import EnqueueBatch, Job, QueueStats, SweepResult
+from .records import EnqueueStamps, Job, QueueStats, SweepResult
 from .timing import backoff_s
 from .validation import (
     encode_payload,
@@ -48,6 +47,15 @@ class Queue:
         self.name = name
         self.options = options
         self.channel = channel_for(name)
+        self._plain = EnqueueStamps(
+            queue=name,
+            channel=self.channel,
+            priority=options.priority,
+            max_attempts=options.max_attempts,
+            visibility_timeout_s=options.visibility_timeout_s,
+            retry_base_s=options.retry_base_s,
+            expires_s=options.expires_s,
+        )
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} using={self.store.using!r}>"
@@ -70,14 +78,10 @@ class Queue:
         workers are woken when it commits. ``delay_s`` wins over ``run_at``.
         Raises ``PayloadError`` or ``InvalidArgument`` before writing anything.
         """
-        return self.enqueue_many(
-            [payload],
-            delay_s=delay_s,
-            run_at=run_at,
-            priority=priority,
-            expires_s=expires_s,
-            max_attempts=max_attempts,
-        )[0]
+        self.store.check_open()
+        encoded = encode_payload(payload, app_settings.max_payload_bytes)
+        stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts)
+        return self.store.dialect.enqueue(stamps, (encoded,))[0]
 
     def enqueue_many(
         self,
@@ -94,25 +98,43 @@ class Queue:
         Every payload is encoded first: one bad payload refuses the whole batch.
         """
         self.store.check_open()
-        if isinstance(payloads, str | bytes | dict) or not isinstance(payloads, Iterable):
+        if isinstance(payloads, (str, bytes, dict)) or not isinstance(payloads, Iterable):
             raise InvalidArgument(
                 f"Invalid payloads of type {type(payloads).__name__}: expected a list of payloads."
             )
         limit = app_settings.max_payload_bytes
         encoded = [encode_payload(payload, limit) for payload in payloads]
+        stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts)
+        dialect = self.store.dialect
+        if len(encoded) <= MAX_BATCH:
+            return dialect.enqueue(stamps, encoded) if encoded else []
+        # Past MAX_BATCH it takes several statements: all of them or none.
+        ids: list[int] = []
+        with transaction.atomic(using=self.store.using):
+            for start in range(0, len(encoded), MAX_BATCH):
+                ids += dialect.enqueue(stamps, encoded[start : start + MAX_BATCH])
+        return ids
+
+    def _stamps(
+        self,
+        delay_s: float | None,
+        run_at: datetime | None,
+        priority: int | None,
+        expires_s: float | None,
+        max_attempts: int | None,
+    ) -> EnqueueStamps:
+        """Validate the per-call options over this queue's defaults."""
+        plain = delay_s is None and run_at is None and priority is None
+        if plain and expires_s is None and max_attempts is None:
+            return self._plain
         # run_at is checked even when delay_s wins, so a bad value never passes silently.
         if run_at is not None:
             run_at = validate_run_at(run_at)
         if delay_s is not None:
             delay_s = validate_duration("delay_s", delay_s)
-        if expires_s is None:
-            expires_s = self.options.expires_s
-        else:
-            expires_s = validate_duration("expires_s", expires_s, allow_zero=False)
-        batch = EnqueueBatch(
+        return EnqueueStamps(
             queue=self.name,
             channel=self.channel,
-            payloads=(),
             priority=self.options.priority if priority is None else validate_priority(priority),
             max_attempts=(
                 self.options.max_attempts
@@ -123,20 +145,12 @@ class Queue:
             retry_base_s=self.options.retry_base_s,
             run_at=None if delay_s is not None else run_at,
             delay_s=delay_s,
-            expires_s=expires_s,
+            expires_s=(
+                self.options.expires_s
+                if expires_s is None
+                else validate_duration("expires_s", expires_s, allow_zero=False)
+            ),
         )
-        if not encoded:
-            return []
-        dialect = self.store.dialect
-        chunks = [encoded[start : start + MAX_BATCH] for start in range(0, len(encoded), MAX_BATCH)]
-        if len(chunks) == 1:
-            return dialect.enqueue(replace(batch, payloads=chunks[0]))
-        # Past MAX_BATCH it takes several statements: all of them or none.
-        ids: list[int] = []
-        with transaction.atomic(using=self.store.using):
-            for chunk in chunks:
-                ids += dialect.enqueue(replace(batch, payloads=chunk))
-        return ids
 
     # --- claims --------------------------------------------------------------
 

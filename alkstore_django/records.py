@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -83,16 +82,17 @@ class Schedule:
 
 
 @dataclass(frozen=True)
-class EnqueueBatch:
-    """One enqueue statement's worth of jobs, every stamp already resolved.
+class EnqueueStamps:
+    """What one enqueue call stamps on every job it writes, already validated.
 
     ``delay_s`` (relative to the database clock) wins over ``run_at``; neither
-    means now. ``expires_s`` is relative to the same instant.
+    means now. ``expires_s`` is relative to the same instant. A queue keeps
+    the stamps of a plain ``enqueue(payload)`` and reuses them, so the common
+    call builds nothing.
     """
 
     queue: str
     channel: str
-    payloads: Sequence[str]
     priority: int
     max_attempts: int
     visibility_timeout_s: float

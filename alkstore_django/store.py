@@ -192,7 +192,9 @@ store = DefaultStore()
 
 
 def reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
-    """Forget the shared stores when ALKSTORE or DATABASES change (tests)."""
+    """Forget the settings and shared stores when ALKSTORE or DATABASES change (tests)."""
+    if setting == "ALKSTORE":
+        app_settings.reload()
     if setting in {"ALKSTORE", "DATABASES"}:
         with _stores_lock:
             _stores.clear()

@@ -22,6 +22,8 @@ MAX_INT32 = 2**31 - 1
 _STRING_OR_EXPONENT_FLOAT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|(-?\d+(?:\.\d+)?[eE]\+\d+)')
 # json.dumps writes U+0000 as this escape; an odd run of backslashes before it is the escape.
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+# Built once: json.dumps with any option builds a new encoder on every call.
+_to_json = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False).encode
 
 
 def is_encodable(text: str) -> bool:
@@ -149,7 +151,7 @@ def validate_queue_options(opts: dict[str, Any], *, source: str = "queue option"
 def encode_payload(payload: Any, max_bytes: int) -> str:
     """Return ``payload`` as compact JSON text, refusing what cannot round-trip."""
     try:
-        text = json.dumps(payload, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        text = _to_json(payload)
     except (TypeError, ValueError, RecursionError) as exc:
         raise PayloadError(
             f"Payload {_preview(payload)} cannot be encoded as JSON: {exc}."
@@ -162,7 +164,7 @@ def encode_payload(payload: Any, max_bytes: int) -> str:
         # back as the integer 10**300. The float's exact value with a ".0" comes back equal.
         text = _STRING_OR_EXPONENT_FLOAT.sub(_exact_float, text)
     try:
-        size = len(text.encode("utf-8"))
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise PayloadError(
             f"Payload {_preview(payload)} contains a lone surrogate, which cannot be stored."

@@ -16,20 +16,18 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
 
-from django.db import DatabaseError, close_old_connections, connections, transaction
+from django.db import DatabaseError, connections, transaction
 
 from .conf import app_settings
-from .errors import Fail, InvalidArgument
+from .errors import InvalidArgument
 from .handlers import OUTBOX_PREFIX, HandlerRegistry, registry
+from .job_runs import Held, Outcome, run_held, tidy_connections
 from .notify import Watcher, open_watcher
 from .queues import JobHandle, Queue
-from .records import Job
 from .store import Store, get_store
+from .tally import Tally, WorkerStats
 from .validation import validate_worker_id
 
 logger = logging.getLogger(__name__)
@@ -37,7 +35,6 @@ logger = logging.getLogger(__name__)
 # A claim is renewed when a third of its visibility timeout has passed, so two
 # renewals can fail before a running job could be handed to another worker.
 HEARTBEAT_FRACTION = 1 / 3
-OUTCOME_FLUSH_INTERVAL_S = 1.0
 # Finished jobs' acks wait for the next claim (one commit for both) at most
 # this long before they are written on their own.
 ACK_LINGER_S = 0.02
@@ -48,55 +45,9 @@ DB_RETRY_MAX_S = 5.0
 STOP_CHECK_S = 0.25
 
 
-def _tidy_connections(close: Callable[[], None]) -> None:
-    """Close stale connections without ever killing the thread that asks.
-
-    A handler thread that died here would silently shrink the pool; a
-    connection that cannot even be closed is logged and left to be replaced.
-    """
-    try:
-        close()
-    except Exception:
-        logger.warning("could not close a database connection", exc_info=True)
-
-
 def default_worker_id() -> str:
     """Return an id unique to this process: host, pid and a random suffix."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-@dataclass
-class Held:
-    """A job this worker holds a claim on, running or waiting for a thread."""
-
-    handle: JobHandle
-    handler: Callable[[Job], Any]
-    next_heartbeat_at: float
-    started_at: float | None = None
-
-
-@dataclass
-class Outcome:
-    """What a handler run decided; the main thread applies it."""
-
-    held: Held
-    kind: str  # "ack" | "retry" | "fail"
-    value: Any = None
-    error: str | None = None
-    exc: BaseException | None = None
-    duration_ms: float = 0.0
-
-
-@dataclass
-class WorkerStats:
-    """Counts since start, for logs, tests and benchmarks."""
-
-    acked: int = 0
-    retried: int = 0
-    dead: int = 0
-    lost: int = 0
-    released: int = 0
-    by_queue: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
 class Worker:
@@ -138,7 +89,8 @@ class Worker:
         self.grace_s = grace_s
         self.poll_interval_s = poll_interval_s or app_settings.poll_interval_s
         self.sweep_interval_s = sweep_interval_s or app_settings.sweep_interval_s
-        self.stats = WorkerStats()
+        self.tally = Tally(self.store.using)
+        self.stats = self.tally.stats
         self._queues: list[Queue] = []
         self._held: dict[int, Held] = {}
         self._work: queue_module.SimpleQueue[Held | None] = queue_module.SimpleQueue()
@@ -147,13 +99,11 @@ class Worker:
         self._acks: list[Outcome] = []
         self._acks_since = 0.0
         self._next_beat = float("inf")
-        self._counts: Counter[tuple[str, str]] = Counter()
         self._wake = threading.Event()
         self._halt = threading.Event()
         self._threads: list[threading.Thread] = []
         self._rr = 0
         self._db_failures = 0
-        self._last_flush = time.monotonic()
 
     # --- set-up -----------------------------------------------------------------
 
@@ -288,35 +238,13 @@ class Worker:
         while True:
             held = self._work.get()
             if held is None:
-                _tidy_connections(connections.close_all)
+                tidy_connections(connections.close_all)
                 return
-            self._done.put(self._run_one(held))
+            self._done.put(run_held(held))
             # Wake the main thread when it has a batch to settle and claim, or
             # when this thread is about to go idle; not once per job.
             if self._work.empty() or self._done.qsize() >= self._refill_at:
                 self._wake.set()
-
-    def _run_one(self, held: Held) -> Outcome:
-        held.started_at = time.monotonic()
-        _tidy_connections(close_old_connections)
-        try:
-            value = held.handler(held.handle.job)
-            outcome = Outcome(held, "ack", value=value)
-        except Fail as exc:
-            outcome = Outcome(held, "fail", error=str(exc) or "failed", exc=exc)
-        except BaseException as exc:
-            logger.error(
-                "handler raised id=%s queue=%s attempts=%s",
-                held.handle.job.id,
-                held.handle.job.queue,
-                held.handle.job.attempts,
-                exc_info=True,
-            )
-            outcome = Outcome(held, "retry", error=f"{type(exc).__name__}: {exc}", exc=exc)
-        finally:
-            _tidy_connections(close_old_connections)
-        outcome.duration_ms = (time.monotonic() - held.started_at) * 1000
-        return outcome
 
     def _watch(self) -> None:
         watcher: Watcher | None = None
@@ -335,7 +263,7 @@ class Worker:
                 self._halt.wait(1.0)
         if watcher is not None:
             watcher.close()
-        _tidy_connections(connections.close_all)
+        tidy_connections(connections.close_all)
 
     # --- settling outcomes -------------------------------------------------------------
 
@@ -353,8 +281,8 @@ class Worker:
                 # Nothing is dropped: what was not applied is tried again.
                 self._unsettled = pending + self._unsettled
                 raise
-        if time.monotonic() - self._last_flush >= OUTCOME_FLUSH_INTERVAL_S:
-            self._flush_counts()
+        if self.tally.flush_due():
+            self.tally.flush()
 
     def _apply(self, outcomes: list[Outcome]) -> None:
         # Plain acks wait for the next claim (see _fill); acks whose handler
@@ -409,7 +337,7 @@ class Worker:
             handle = outcome.held.handle
             handle.mark_spent()
             held.pop(handle.job.id, None)
-            self._log(outcome, "acked" if handle.job.id in acked else "lost")
+            self.tally.record(outcome, "acked" if handle.job.id in acked else "lost")
 
     def _apply_failure(self, outcome: Outcome) -> None:
         handle = outcome.held.handle
@@ -424,52 +352,9 @@ class Worker:
             if applied and hook is not None:
                 hook(job, outcome.exc, outcome.error, exhausted)
         if not applied:
-            self._log(outcome, "lost")
+            self.tally.record(outcome, "lost")
         else:
-            self._log(outcome, "dead" if exhausted else "retried")
-
-    def _log(self, outcome: Outcome, result: str) -> None:
-        job = outcome.held.handle.job
-        stats = self.stats
-        if result == "acked":
-            stats.acked += 1
-        elif result == "retried":
-            stats.retried += 1
-        elif result == "dead":
-            stats.dead += 1
-        else:
-            stats.lost += 1
-        self._counts[(job.queue, result)] += 1
-        level = logging.INFO if result in {"acked", "retried"} else logging.WARNING
-        logger.log(
-            level,
-            "job id=%s queue=%s outcome=%s attempts=%s duration_ms=%.1f%s",
-            job.id,
-            job.queue,
-            result,
-            job.attempts,
-            outcome.duration_ms,
-            f" error={outcome.error!r}" if outcome.error else "",
-        )
-
-    def _flush_counts(self) -> None:
-        self._last_flush = time.monotonic()
-        if not self._counts:
-            return
-        counts: dict[str, tuple[int, int, int]] = {}
-        for (queue, result), n in self._counts.items():
-            acked, retried, dead = counts.get(queue, (0, 0, 0))
-            if result == "acked":
-                acked += n
-            elif result == "retried":
-                retried += n
-            elif result == "dead":
-                dead += n
-            counts[queue] = (acked, retried, dead)
-        self._counts.clear()
-        from .outcomes import record_outcomes
-
-        record_outcomes(self.store.using, counts)
+            self.tally.record(outcome, "dead" if exhausted else "retried")
 
     # --- keeping claims alive -------------------------------------------------------------
 
@@ -550,7 +435,7 @@ class Worker:
             if held.handle.job.id not in finished:
                 self._release(held)
         try:
-            self._flush_counts()
+            self.tally.flush()
         except DatabaseError:
             logger.warning("could not record outcome counts at shutdown", exc_info=True)
         self._halt.set()

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import connections
 
 from ..models import DeadJob, Job
-from ..records import EnqueueBatch
+from ..records import EnqueueStamps
 from ..records import Job as JobRecord
 
 J = Job._meta.db_table
@@ -81,8 +81,8 @@ class Dialect:
     def json_param(self) -> str:
         raise NotImplementedError
 
-    def enqueue(self, batch: EnqueueBatch) -> list[int]:
-        """Insert the batch in one statement; return the ids in payload order."""
+    def enqueue(self, stamps: EnqueueStamps, payloads: Sequence[str]) -> list[int]:
+        """Insert one job per payload in one statement; return the ids in payload order."""
         raise NotImplementedError
 
     def claim(self, queue: str, worker_id: str, n: int) -> list[JobRecord]:

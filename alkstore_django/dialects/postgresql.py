@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
 
+import psycopg
 from django.db import transaction
 
-from ..records import EnqueueBatch
+from ..records import EnqueueStamps
 from ..records import Job as JobRecord
 from .base import DEAD_COLUMNS, DEAD_COPY, JOB_SELECT, D, Dialect, J
 
@@ -18,8 +19,42 @@ NOW = "statement_timestamp()"
 NEVER_AUTO_PREPARE = 2**62
 
 
+def _plus(base: str, seconds: str) -> str:
+    return f"({base} + make_interval(secs => {seconds}))"
+
+
+@cache
+def _enqueue_sql(single: bool, when: str, expires: bool) -> str:
+    """The enqueue statement for one shape of batch (a handful exist; each is prepared once).
+
+    One statement writes the rows and queues the wake-up, so they commit
+    together; a notification sent inside the caller's transaction is
+    delivered only on commit, and PostgreSQL folds repeats into one. One row
+    returns its id and notifies in ``RETURNING``; many rows go through a CTE so
+    the ids come back in payload order and ``pg_notify`` runs once.
+    """
+    run_at = {"now": NOW, "delay": _plus(NOW, "%s::float8"), "at": "%s::timestamptz"}[when]
+    expires_at = _plus(NOW, "%s::float8") if expires else "NULL"
+    columns = (
+        f"INSERT INTO {J} (queue, payload, priority, run_at, attempts, max_attempts, "
+        "visibility_timeout_s, retry_base_s, expires_at, state, enqueued_at)"
+    )
+    values = f"%s, {run_at}, 0, %s, %s, %s, {expires_at}, 'pending', {NOW}"
+    if single:
+        return f"{columns} VALUES (%s, %s::jsonb, {values}) RETURNING id, pg_notify(%s, '')"
+    return (
+        f"WITH ins AS ({columns} SELECT %s, u.p::jsonb, {values} "
+        "FROM unnest(%s::text[]) WITH ORDINALITY AS u(p, o) ORDER BY u.o RETURNING id) "
+        "SELECT ins.id FROM ins, (SELECT pg_notify(%s, '')) AS n ORDER BY ins.id"
+    )
+
+
 class PostgresDialect(Dialect):
     vendor = "postgresql"
+
+    def __init__(self, using: str) -> None:
+        super().__init__(using)
+        self._cursors = threading.local()
 
     @contextmanager
     def write_transaction(self) -> Iterator[Any]:
@@ -30,70 +65,60 @@ class PostgresDialect(Dialect):
         return NOW, []
 
     def plus_sql(self, base: str, seconds: str) -> str:
-        return f"({base} + make_interval(secs => {seconds}))"
+        return _plus(base, seconds)
 
     def fetch_prepared(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         """Run ``sql`` as a server-side prepared statement and return its rows.
 
-        For the worker's own statements, run many times a second: Django's
-        cursor binds parameters client-side, so the server would parse and
-        plan every call. The connection (and its transaction state, its
-        adapters) is still Django's; errors are Django's. A site behind a
-        transaction-mode pooler sets ``DISABLE_SERVER_SIDE_CURSORS`` (as Django
-        advises); then the statement is bound server-side but not prepared,
-        since a named statement would not follow the next transaction.
+        For the worker's own statements and ``enqueue()``, run many times a
+        second: Django's cursor binds parameters client-side, so the server
+        would parse and plan every call. The connection (and its transaction
+        state, its adapters) is still Django's; errors are Django's. A site
+        behind a transaction-mode pooler sets ``DISABLE_SERVER_SIDE_CURSORS``
+        (as Django advises); then the statement is bound server-side but not
+        prepared, since a named statement would not follow the next
+        transaction.
         """
-        import psycopg
-
         wrapper = self.connection
-        prepare = not wrapper.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
         wrapper.ensure_connection()
-        if prepare and wrapper.connection.prepare_threshold is None:
+        raw = wrapper.connection
+        cursor = getattr(self._cursors, "cursor", None)
+        if cursor is None or cursor.connection is not raw:
+            # One cursor per thread and connection, kept: a fresh cursor costs
+            # more than the Python of a whole enqueue (its result loaders are
+            # looked up again). Django's reconnect makes a new connection object.
+            cursor = self._cursors.cursor = psycopg.Cursor(raw)
+        prepare = not wrapper.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
+        if prepare and raw.prepare_threshold is None:
             # Django turns psycopg's preparation off (threshold None), which
             # also ignores prepare=True. A threshold no query count reaches
             # keeps automatic preparation off for the site's own queries while
             # honouring ours.
-            wrapper.connection.prepare_threshold = NEVER_AUTO_PREPARE
-        with wrapper.wrap_database_errors, psycopg.Cursor(wrapper.connection) as cursor:
+            raw.prepare_threshold = NEVER_AUTO_PREPARE
+        with wrapper.wrap_database_errors:
             cursor.execute(sql, params, prepare=prepare)
             return cursor.fetchall()
 
-    def enqueue(self, batch: EnqueueBatch) -> list[int]:
-        # One statement: the rows and the wake-up commit together, and a
-        # notification sent inside the caller's transaction is delivered only
-        # on commit (PostgreSQL folds the repeats into one). It is prepared:
-        # parsing and planning would otherwise cost more than the insert.
-        run_at_sql, run_at_params = self._run_at(batch.run_at, batch.delay_s)
-        expires_sql = self.plus_sql(NOW, "%s::float8") if batch.expires_s is not None else "NULL"
-        columns = (
-            f"INSERT INTO {J} (queue, payload, priority, run_at, attempts, max_attempts, "
-            "visibility_timeout_s, retry_base_s, expires_at, state, enqueued_at)"
-        )
-        values = f"%s::jsonb, %s, {run_at_sql}, 0, %s, %s, %s, {expires_sql}, 'pending', {NOW}"
-        params: list[Any] = [batch.priority, *run_at_params, *batch.stamp_params()]
-        if batch.expires_s is not None:
-            params.append(batch.expires_s)
-        if len(batch.payloads) == 1:
-            rows = f"{columns} VALUES (%s, {values})"
-            params = [batch.queue, batch.payloads[0], *params]
+    def enqueue(self, stamps: EnqueueStamps, payloads: Sequence[str]) -> list[int]:
+        params: list[Any] = [stamps.priority]
+        if stamps.delay_s is not None:
+            when = "delay"
+            params.append(stamps.delay_s)
+        elif stamps.run_at is not None:
+            when = "at"
+            params.append(self.adapt_datetime(stamps.run_at))
         else:
-            rows = (
-                f"{columns} SELECT %s, {values.replace('%s::jsonb', 'u.p::jsonb', 1)} "
-                "FROM unnest(%s::text[]) WITH ORDINALITY AS u(p, o) ORDER BY u.o"
-            )
-            params = [batch.queue, *params, list(batch.payloads)]
-        sql = (
-            f"WITH ins AS ({rows} RETURNING id) "
-            "SELECT ins.id FROM ins, (SELECT pg_notify(%s, '')) AS n ORDER BY ins.id"
-        )
-        return [row[0] for row in self.fetch_prepared(sql, [*params, batch.channel])]
-
-    def _run_at(self, run_at: datetime | None, delay_s: float | None) -> tuple[str, list[Any]]:
-        if delay_s is not None:
-            return self.plus_sql(NOW, "%s::float8"), [delay_s]
-        if run_at is not None:
-            return "%s::timestamptz", [self.adapt_datetime(run_at)]
-        return NOW, []
+            when = "now"
+        params += stamps.stamp_params()
+        if stamps.expires_s is not None:
+            params.append(stamps.expires_s)
+        single = len(payloads) == 1
+        if single:
+            params = [stamps.queue, payloads[0], *params, stamps.channel]
+        else:
+            params = [stamps.queue, *params, list(payloads), stamps.channel]
+        sql = _enqueue_sql(single, when, stamps.expires_s is not None)
+        return [row[0] for row in self.fetch_prepared(sql, params)]
 
     def claim(self, queue: str, worker_id: str, n: int) -> list[JobRecord]:
         return self.claim_and_ack(queue, worker_id, n, "", ())[1]

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
-from ..records import EnqueueBatch
+from ..records import EnqueueStamps
 from ..records import Job as JobRecord
 from .base import DEAD_COLUMNS, DEAD_COPY, JOB_SELECT, D, Dialect, J
 
@@ -65,24 +65,24 @@ class SqliteDialect(Dialect):
         cursor.execute(f"SELECT {NOW}", [])
         return cursor.fetchone()[0]
 
-    def enqueue(self, batch: EnqueueBatch) -> list[int]:
+    def enqueue(self, stamps: EnqueueStamps, payloads: Sequence[str]) -> list[int]:
         # One statement over a JSON array of the encoded payloads; SQLite has no
         # NOTIFY, so workers notice the commit by watching the file instead.
-        params: list[Any] = [batch.queue, batch.priority]
-        if batch.delay_s is not None:
+        params: list[Any] = [stamps.queue, stamps.priority]
+        if stamps.delay_s is not None:
             run_at_sql = self.plus_sql("'now'", "%s")
-            params.append(batch.delay_s)
-        elif batch.run_at is not None:
+            params.append(stamps.delay_s)
+        elif stamps.run_at is not None:
             run_at_sql = "%s"
-            params.append(self.adapt_datetime(batch.run_at))
+            params.append(self.adapt_datetime(stamps.run_at))
         else:
             run_at_sql = NOW
-        params += batch.stamp_params()
+        params += stamps.stamp_params()
         expires_sql = "NULL"
-        if batch.expires_s is not None:
+        if stamps.expires_s is not None:
             expires_sql = self.plus_sql("'now'", "%s")
-            params.append(batch.expires_s)
-        params.append(json.dumps(list(batch.payloads)))
+            params.append(stamps.expires_s)
+        params.append(json.dumps(list(payloads)))
         sql = (
             f"INSERT INTO {J} (queue, payload, priority, run_at, attempts, max_attempts, "
             "visibility_timeout_s, retry_base_s, expires_at, state, enqueued_at) "

@@ -186,11 +186,11 @@ def test_enqueue_many__a_failure_in_a_later_chunk_writes_nothing(monkeypatch):
     original = dialect_class.enqueue
     calls = []
 
-    def second_chunk_fails(self, batch):
-        calls.append(len(batch.payloads))
+    def second_chunk_fails(self, stamps, payloads):
+        calls.append(len(payloads))
         if len(calls) == 2:
             raise RuntimeError("connection lost mid-batch")
-        return original(self, batch)
+        return original(self, stamps, payloads)
 
     monkeypatch.setattr(dialect_class, "enqueue", second_chunk_fails)
     with pytest.raises(RuntimeError, match="mid-batch"):
