@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
 from django.test import override_settings
 
 from alkstore_django import store
@@ -22,6 +22,18 @@ def test_enqueue__returns_increasing_ids_and_the_payload_round_trips():
     ids = [q.enqueue(p) for p in payloads]
     assert ids == sorted(ids)
     assert [store.get_job(i).payload for i in ids] == payloads
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue__writes_again_after_the_connection_was_closed():
+    # PostgreSQL keeps a cursor per thread and connection: a reconnect must not
+    # reuse the one bound to the closed connection.
+    q = store.queue("reconnect")
+    first = q.enqueue(1)
+    connections[store.using].close()
+    second = q.enqueue(2)
+    assert second > first
+    assert [store.get_job(i).payload for i in (first, second)] == [1, 2]
 
 
 def test_enqueue_many__returns_ids_in_payload_order_with_every_payload_equal():

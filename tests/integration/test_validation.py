@@ -145,6 +145,20 @@ def test_enqueue__accepts_a_payload_of_exactly_the_size_limit():
     assert store.get_job(job_id).payload == "x" * 98
 
 
+def test_enqueue__follows_the_size_limit_into_and_out_of_override_settings():
+    # The ALKSTORE dict is looked up once: the first enqueue caches the default
+    # limit, and only setting_changed may replace it (both ways).
+    q = store.queue("limits")
+    q.enqueue("x" * 20)
+    with (
+        override_settings(ALKSTORE={"MAX_PAYLOAD_BYTES": 10}),
+        pytest.raises(PayloadError, match=r"\(10\)"),
+    ):
+        q.enqueue("x" * 20)
+    q.enqueue("x" * 20)
+    assert live_count() == 2
+
+
 @override_settings(ALKSTORE={"MAX_PAYLOAD_BYTES": 10})
 def test_enqueue__counts_the_size_in_utf8_bytes(nothing_written):
     with pytest.raises(PayloadError, match="14 bytes"):
