@@ -51,27 +51,12 @@ SETTING_KEYS = frozenset(
 
 
 class AlkstoreSettings:
-    """Read ``settings.ALKSTORE`` key by key, each time it is asked.
-
-    The dict itself is looked up once and kept until ``setting_changed`` says
-    otherwise (as Django's own cached settings do): a site without the setting
-    would otherwise pay a failed settings lookup on every ``enqueue()``.
-    """
-
-    def __init__(self) -> None:
-        self._raw: dict[str, Any] | None = None
+    """Read ``settings.ALKSTORE`` key by key, each time it is asked."""
 
     @property
     def raw(self) -> dict[str, Any]:
-        raw = self._raw
-        if raw is None:
-            value = getattr(settings, "ALKSTORE", None)
-            raw = self._raw = value if isinstance(value, dict) else {}
-        return raw
-
-    def reload(self) -> None:
-        """Forget the looked-up dict; the next access reads ``settings.ALKSTORE`` again."""
-        self._raw = None
+        value = getattr(settings, "ALKSTORE", None)
+        return value if isinstance(value, dict) else {}
 
     @property
     def database(self) -> str:

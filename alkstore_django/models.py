@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
 from . import records
 
@@ -91,9 +91,13 @@ class Job(JobStamps):
                 name="alk_job_claim",
                 condition=Q(state="pending"),
             ),
-            # The soonest due time and the oldest pending age, per queue.
+            # The soonest due time of a delayed or retried job, which an idle
+            # worker sleeps until. A job due at once (run_at = enqueued_at, the
+            # common enqueue) is left out: one index entry fewer per enqueue.
             models.Index(
-                fields=["queue", "run_at"], name="alk_job_due", condition=Q(state="pending")
+                fields=["queue", "run_at"],
+                name="alk_job_due",
+                condition=Q(state="pending", run_at__gt=F("enqueued_at")),
             ),
             # The lapsed-claim sweep that runs before every claim.
             models.Index(

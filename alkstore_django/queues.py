@@ -132,6 +132,10 @@ class Queue:
             run_at = validate_run_at(run_at)
         if delay_s is not None:
             delay_s = validate_duration("delay_s", delay_s)
+        if expires_s is None:
+            expires_s = self.options.expires_s
+        else:
+            expires_s = validate_duration("expires_s", expires_s, allow_zero=False)
         return EnqueueStamps(
             queue=self.name,
             channel=self.channel,
@@ -145,11 +149,7 @@ class Queue:
             retry_base_s=self.options.retry_base_s,
             run_at=None if delay_s is not None else run_at,
             delay_s=delay_s,
-            expires_s=(
-                self.options.expires_s
-                if expires_s is None
-                else validate_duration("expires_s", expires_s, allow_zero=False)
-            ),
+            expires_s=expires_s,
         )
 
     # --- claims --------------------------------------------------------------

@@ -192,9 +192,7 @@ store = DefaultStore()
 
 
 def reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
-    """Forget the settings and shared stores when ALKSTORE or DATABASES change (tests)."""
-    if setting == "ALKSTORE":
-        app_settings.reload()
+    """Forget the shared stores when ALKSTORE or DATABASES change (tests)."""
     if setting in {"ALKSTORE", "DATABASES"}:
         with _stores_lock:
             _stores.clear()

@@ -270,13 +270,15 @@ class Dialect:
 
         That is the soonest future ``run_at`` of a pending job or the soonest
         claim deadline of a processing one (a dead worker's job comes back
-        then); None when there is neither.
+        then); None when there is neither. A future ``run_at`` is always past
+        the job's ``enqueued_at`` (both from the database clock), which is what
+        lets ``alk_job_due`` leave the jobs due at once out.
         """
         now, now_params = self.now_sql()
         marks = ", ".join(["%s"] * len(queues))
         sql = (
             f"SELECT (SELECT min(run_at) FROM {J} WHERE queue IN ({marks}) "
-            f"AND state = 'pending' AND run_at > {now}), "
+            f"AND state = 'pending' AND run_at > enqueued_at AND run_at > {now}), "
             f"(SELECT min(claim_expires_at) FROM {J} WHERE queue IN ({marks}) "
             f"AND state = 'processing' AND claim_expires_at > {now}), {now}"
         )

@@ -67,7 +67,9 @@ class PostgresDialect(Dialect):
     def plus_sql(self, base: str, seconds: str) -> str:
         return _plus(base, seconds)
 
-    def fetch_prepared(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def fetch_prepared(
+        self, sql: str, params: Sequence[Any], *, keep_cursor: bool = False
+    ) -> list[tuple[Any, ...]]:
         """Run ``sql`` as a server-side prepared statement and return its rows.
 
         For the worker's own statements and ``enqueue()``, run many times a
@@ -78,16 +80,16 @@ class PostgresDialect(Dialect):
         (as Django advises); then the statement is bound server-side but not
         prepared, since a named statement would not follow the next
         transaction.
+
+        ``keep_cursor`` reuses one cursor per thread and connection: a fresh
+        cursor costs more than the Python of a whole ``enqueue()`` (its result
+        loaders are looked up again). A kept cursor holds its last result until
+        the next call, so it is only for statements that return a few small
+        rows; a claim's rows carry payloads and get a cursor of their own.
         """
         wrapper = self.connection
         wrapper.ensure_connection()
         raw = wrapper.connection
-        cursor = getattr(self._cursors, "cursor", None)
-        if cursor is None or cursor.connection is not raw:
-            # One cursor per thread and connection, kept: a fresh cursor costs
-            # more than the Python of a whole enqueue (its result loaders are
-            # looked up again). Django's reconnect makes a new connection object.
-            cursor = self._cursors.cursor = psycopg.Cursor(raw)
         prepare = not wrapper.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
         if prepare and raw.prepare_threshold is None:
             # Django turns psycopg's preparation off (threshold None), which
@@ -95,9 +97,20 @@ class PostgresDialect(Dialect):
             # keeps automatic preparation off for the site's own queries while
             # honouring ours.
             raw.prepare_threshold = NEVER_AUTO_PREPARE
+        if keep_cursor:
+            cursor = getattr(self._cursors, "cursor", None)
+            if cursor is None or cursor.connection is not raw:
+                # Django's reconnect makes a new connection object.
+                cursor = self._cursors.cursor = psycopg.Cursor(raw)
+        else:
+            cursor = psycopg.Cursor(raw)
         with wrapper.wrap_database_errors:
-            cursor.execute(sql, params, prepare=prepare)
-            return cursor.fetchall()
+            try:
+                cursor.execute(sql, params, prepare=prepare)
+                return cursor.fetchall()
+            finally:
+                if not keep_cursor:
+                    cursor.close()
 
     def enqueue(self, stamps: EnqueueStamps, payloads: Sequence[str]) -> list[int]:
         params: list[Any] = [stamps.priority]
@@ -118,7 +131,7 @@ class PostgresDialect(Dialect):
         else:
             params = [stamps.queue, *params, list(payloads), stamps.channel]
         sql = _enqueue_sql(single, when, stamps.expires_s is not None)
-        return [row[0] for row in self.fetch_prepared(sql, params)]
+        return [row[0] for row in self.fetch_prepared(sql, params, keep_cursor=True)]
 
     def claim(self, queue: str, worker_id: str, n: int) -> list[JobRecord]:
         return self.claim_and_ack(queue, worker_id, n, "", ())[1]

@@ -146,8 +146,8 @@ def test_enqueue__accepts_a_payload_of_exactly_the_size_limit():
 
 
 def test_enqueue__follows_the_size_limit_into_and_out_of_override_settings():
-    # The ALKSTORE dict is looked up once: the first enqueue caches the default
-    # limit, and only setting_changed may replace it (both ways).
+    # Settings are read at each call, never kept: the limit follows the override
+    # in and back out.
     q = store.queue("limits")
     q.enqueue("x" * 20)
     with (

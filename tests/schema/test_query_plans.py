@@ -140,3 +140,18 @@ def test_claim__keeps_the_claim_index_when_its_queue_grew_after_analyze():
     _, claim = claim_statements(q)
     for text in plans(claim):
         assert_walks_claim_index(text)
+
+
+def test_next_due_at__reads_only_the_scheduled_rows_behind_100k_ready_in_its_queue():
+    # An idle worker asks this after every empty claim: it must not walk the
+    # queue's ready rows, which alk_job_due leaves out (run_at = enqueued_at).
+    fill_pending("target", BACKLOG)
+    store.queue("target").enqueue("later", delay_s=60)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    with CaptureQueriesContext(connection) as captured:
+        due = store.dialect.next_due_at(["target"])
+    assert due is not None and 50 < due <= 60
+    [text] = plans((captured.captured_queries[-1]["sql"], None))
+    assert "alk_job_due" in text, text
+    assert_no_full_scan(text)
