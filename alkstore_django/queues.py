@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -132,25 +133,17 @@ class Queue:
             run_at = validate_run_at(run_at)
         if delay_s is not None:
             delay_s = validate_duration("delay_s", delay_s)
-        if expires_s is None:
-            expires_s = self.options.expires_s
-        else:
-            expires_s = validate_duration("expires_s", expires_s, allow_zero=False)
-        return EnqueueStamps(
-            queue=self.name,
-            channel=self.channel,
-            priority=self.options.priority if priority is None else validate_priority(priority),
-            max_attempts=(
-                self.options.max_attempts
-                if max_attempts is None
-                else validate_max_attempts(max_attempts)
-            ),
-            visibility_timeout_s=self.options.visibility_timeout_s,
-            retry_base_s=self.options.retry_base_s,
-            run_at=None if delay_s is not None else run_at,
-            delay_s=delay_s,
-            expires_s=expires_s,
-        )
+        changes: dict[str, Any] = {
+            "run_at": None if delay_s is not None else run_at,
+            "delay_s": delay_s,
+        }
+        if expires_s is not None:
+            changes["expires_s"] = validate_duration("expires_s", expires_s, allow_zero=False)
+        if priority is not None:
+            changes["priority"] = validate_priority(priority)
+        if max_attempts is not None:
+            changes["max_attempts"] = validate_max_attempts(max_attempts)
+        return replace(self._plain, **changes)
 
     # --- claims --------------------------------------------------------------
 

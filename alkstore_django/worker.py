@@ -90,7 +90,6 @@ class Worker:
         self.poll_interval_s = poll_interval_s or app_settings.poll_interval_s
         self.sweep_interval_s = sweep_interval_s or app_settings.sweep_interval_s
         self.tally = Tally(self.store.using)
-        self.stats = self.tally.stats
         self._queues: list[Queue] = []
         self._held: dict[int, Held] = {}
         self._work: queue_module.SimpleQueue[Held | None] = queue_module.SimpleQueue()
@@ -104,6 +103,11 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._rr = 0
         self._db_failures = 0
+
+    @property
+    def stats(self) -> WorkerStats:
+        """Counts since start (the tally's)."""
+        return self.tally.stats
 
     # --- set-up -----------------------------------------------------------------
 
