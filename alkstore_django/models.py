@@ -33,6 +33,7 @@ def _job_record(
         run_at=row.run_at,
         attempts=row.attempts,
         max_attempts=row.max_attempts,
+        generation=row.generation,
         visibility_timeout_s=row.visibility_timeout_s,
         retry_base_s=row.retry_base_s,
         expires_at=row.expires_at,
@@ -61,6 +62,10 @@ class JobStamps(models.Model):
     priority = models.IntegerField(default=0)
     run_at = models.DateTimeField()
     attempts = models.PositiveIntegerField(default=0)
+    # How many claims the job has had, ever: the fence of a handle. Unlike
+    # attempts, nothing resets it (a requeue from the dead letters included),
+    # so an old handle can never match a later claim.
+    generation = models.PositiveBigIntegerField(db_default=0)
     max_attempts = models.PositiveIntegerField()
     visibility_timeout_s = models.FloatField()
     retry_base_s = models.FloatField()

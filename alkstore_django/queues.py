@@ -234,7 +234,7 @@ class JobHandle:
         self._spent = True
 
     def _fence(self) -> tuple[int, int, str]:
-        return self.job.id, self.job.attempts, self.job.worker_id or ""
+        return self.job.id, self.job.generation, self.job.worker_id or ""
 
     def _spend(self, done: bool) -> bool:
         self._spent = True

@@ -29,6 +29,8 @@ class Job:
     last_error: str | None
     enqueued_at: datetime
     died_at: datetime | None = None
+    # The claim this record was read under: it grows at every claim and never resets.
+    generation: int = 0
 
 
 @dataclass(frozen=True)

@@ -210,7 +210,7 @@ class Worker:
                 drained = False
                 break
             acks, self._acks = self._acks, []
-            fences = [(o.held.handle.job.id, o.held.handle.job.attempts) for o in acks]
+            fences = [(o.held.handle.job.id, o.held.handle.job.generation) for o in acks]
             try:
                 acked, jobs = dialect.claim_and_ack(
                     q.name, self.worker_id, want, self.worker_id, fences
@@ -308,7 +308,7 @@ class Worker:
 
     def _apply_hooked_acks(self, acks: list[Outcome]) -> None:
         dialect = self.store.dialect
-        fences = [(o.held.handle.job.id, o.held.handle.job.attempts) for o in acks]
+        fences = [(o.held.handle.job.id, o.held.handle.job.generation) for o in acks]
         # Results are written in the ack's own transaction: never lost, never doubled.
         with transaction.atomic(using=self.store.using):
             acked = set(dialect.ack_fenced(self.worker_id, fences))
@@ -326,7 +326,7 @@ class Worker:
         ):
             return
         acks, self._acks = self._acks, []
-        fences = [(o.held.handle.job.id, o.held.handle.job.attempts) for o in acks]
+        fences = [(o.held.handle.job.id, o.held.handle.job.generation) for o in acks]
         try:
             acked = set(self.store.dialect.ack_fenced(self.worker_id, fences))
         except BaseException:

@@ -39,18 +39,20 @@ JOB_COLUMNS = (
     "claim_expires_at",
     "last_error",
     "enqueued_at",
+    "generation",
 )
 JOB_SELECT = ", ".join(JOB_COLUMNS)
 # The columns a dead letter copies from its live row (state and the claim
 # deadline stay behind; last_error and died_at are written by the move).
 DEAD_COPY = (
     "id, queue, payload, priority, run_at, attempts, max_attempts, "
-    "visibility_timeout_s, retry_base_s, expires_at, worker_id, enqueued_at"
+    "visibility_timeout_s, retry_base_s, expires_at, worker_id, enqueued_at, generation"
 )
 DEAD_COLUMNS = DEAD_COPY + ", last_error, died_at"
-# A handle is valid while its row is still under the very claim it was given.
+# A handle is valid while its row is still under the very claim it was given:
+# the generation grows at every claim and nothing resets it.
 FENCE = (
-    "id = %s AND state = 'processing' AND attempts = %s AND worker_id = %s "
+    "id = %s AND state = 'processing' AND generation = %s AND worker_id = %s "
     "AND claim_expires_at > {now}"
 )
 
@@ -100,7 +102,7 @@ class Dialect:
         raise NotImplementedError
 
     def ack_fenced(self, worker_id: str, fences: Sequence[tuple[int, int]]) -> list[int]:
-        """Delete each (id, attempts) still under ``worker_id``'s claim; return the ids."""
+        """Delete each (id, generation) still under ``worker_id``'s claim; return the ids."""
         raise NotImplementedError
 
     def claim_and_ack(
@@ -157,6 +159,7 @@ class Dialect:
             claim_expires_at=dt(row[12]),
             last_error=row[13],
             enqueued_at=dt(row[14]),  # type: ignore[arg-type]
+            generation=row[15],
         )
 
     def execute(self, sql: str, params: Sequence[Any]) -> Any:
@@ -169,27 +172,27 @@ class Dialect:
 
     # --- handle operations: one statement each --------------------------------
 
-    def ack(self, job_id: int, attempts: int, worker_id: str) -> bool:
+    def ack(self, job_id: int, generation: int, worker_id: str) -> bool:
         now, now_params = self.now_sql()
         sql = f"DELETE FROM {J} WHERE {self.fence_where(now)}"
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [job_id, attempts, worker_id, *now_params])
+            cursor.execute(sql, [job_id, generation, worker_id, *now_params])
             return cursor.rowcount == 1
 
-    def heartbeat(self, job_id: int, attempts: int, worker_id: str, extend_s: float) -> bool:
+    def heartbeat(self, job_id: int, generation: int, worker_id: str, extend_s: float) -> bool:
         now, now_params = self.now_sql()
         sql = (
             f"UPDATE {J} SET claim_expires_at = {self.plus_sql(now, '%s')} "
             f"WHERE {self.fence_where(now)}"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [*now_params, extend_s, job_id, attempts, worker_id, *now_params])
+            cursor.execute(sql, [*now_params, extend_s, job_id, generation, worker_id, *now_params])
             return cursor.rowcount == 1
 
     def requeue_claimed(
         self,
         job_id: int,
-        attempts: int,
+        generation: int,
         worker_id: str,
         *,
         delay_s: float | None,
@@ -213,11 +216,11 @@ class Dialect:
             params += [*now_params, delay_s]
         sql = f"UPDATE {J} SET {', '.join(sets)} WHERE {self.fence_where(now)}"
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [*params, job_id, attempts, worker_id, *now_params])
+            cursor.execute(sql, [*params, job_id, generation, worker_id, *now_params])
             return cursor.rowcount == 1
 
-    def bury_claimed(self, job_id: int, attempts: int, worker_id: str, error: str) -> bool:
-        return self.bury(FENCE, [job_id, attempts, worker_id], error) == 1
+    def bury_claimed(self, job_id: int, generation: int, worker_id: str, error: str) -> bool:
+        return self.bury(FENCE, [job_id, generation, worker_id], error) == 1
 
     def cancel(self, queue: str, job_id: int) -> bool:
         with self.connection.cursor() as cursor:

@@ -26,12 +26,13 @@ O = OutcomeMinute._meta.db_table  # noqa: E741
 # An expiry that has already passed is dropped: a requeued job is meant to run.
 REQUEUE_COLUMNS = (
     "id, queue, payload, priority, run_at, attempts, max_attempts, visibility_timeout_s, "
-    "retry_base_s, expires_at, state, worker_id, claim_expires_at, last_error, enqueued_at"
+    "retry_base_s, expires_at, state, worker_id, claim_expires_at, last_error, enqueued_at, "
+    "generation"
 )
 REQUEUE_SELECT = (
     "id, queue, payload, priority, {now}, 0, max_attempts, visibility_timeout_s, "
     "retry_base_s, CASE WHEN expires_at > {now} THEN expires_at END, 'pending', NULL, NULL, "
-    "last_error, enqueued_at"
+    "last_error, enqueued_at, generation"
 )
 
 

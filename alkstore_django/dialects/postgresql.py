@@ -169,9 +169,9 @@ class PostgresDialect(Dialect):
         return (
             # id = ANY() steers the planner to the primary key whatever the
             # estimate for unnest().
-            f"WITH acked AS (DELETE FROM {J} j USING unnest(%s::bigint[], %s::int[]) "
-            "AS f(id, attempts) WHERE j.id = ANY(%s::bigint[]) AND j.id = f.id "
-            "AND j.attempts = f.attempts "
+            f"WITH acked AS (DELETE FROM {J} j USING unnest(%s::bigint[], %s::bigint[]) "
+            "AS f(id, generation) WHERE j.id = ANY(%s::bigint[]) AND j.id = f.id "
+            "AND j.generation = f.generation "
             f"AND j.worker_id = %s AND j.state = 'processing' AND j.claim_expires_at > {NOW} "
             "RETURNING j.id), "
             f"lapsed AS (SELECT j.id, j.priority, j.run_at, j.attempts < j.max_attempts AS live, "
@@ -193,6 +193,7 @@ class PostgresDialect(Dialect):
             "claim_expires_at = NULL WHERE j.id = ANY(ARRAY(SELECT id FROM lapsed "
             "WHERE live AND id NOT IN (SELECT id FROM pick)))), "
             f"c AS (UPDATE {J} j SET state = 'processing', attempts = j.attempts + 1, "
+            "generation = j.generation + 1, "
             f"worker_id = %s, claim_expires_at = {self.plus_sql(NOW, 'j.visibility_timeout_s')} "
             # = ANY(ARRAY(...)) keeps the primary-key lookup in the generic plan a
             # prepared statement settles on; a join on pick there estimates
@@ -222,8 +223,8 @@ class PostgresDialect(Dialect):
 
     def ack_fenced(self, worker_id: str, fences: Sequence[tuple[int, int]]) -> list[int]:
         sql = (
-            f"DELETE FROM {J} j USING unnest(%s::bigint[], %s::int[]) AS f(id, attempts) "
-            "WHERE j.id = f.id AND j.attempts = f.attempts AND j.worker_id = %s "
+            f"DELETE FROM {J} j USING unnest(%s::bigint[], %s::bigint[]) AS f(id, generation) "
+            "WHERE j.id = f.id AND j.generation = f.generation AND j.worker_id = %s "
             f"AND j.state = 'processing' AND j.claim_expires_at > {NOW} RETURNING j.id"
         )
         with self.connection.cursor() as cursor:

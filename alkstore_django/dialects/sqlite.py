@@ -111,7 +111,8 @@ class SqliteDialect(Dialect):
         # SQLite picks alk_job_due (queue, run_at) and sorts every ready row in a
         # temp b-tree; alk_job_claim walks them already in claim order.
         claim_sql = (
-            f"UPDATE {J} SET state = 'processing', attempts = attempts + 1, worker_id = %s, "
+            f"UPDATE {J} SET state = 'processing', attempts = attempts + 1, "
+            "generation = generation + 1, worker_id = %s, "
             f"claim_expires_at = {self.plus_sql('%s', 'visibility_timeout_s')} "
             f"WHERE id IN (SELECT id FROM {J} WHERE queue = %s AND state = 'pending' "
             "AND +run_at <= %s AND (expires_at IS NULL OR expires_at > %s) "
@@ -166,14 +167,14 @@ class SqliteDialect(Dialect):
     @staticmethod
     def _ack_sql(now: str) -> str:
         return (
-            f"DELETE FROM {J} WHERE (id, attempts) IN (SELECT json_extract(value, '$[0]'), "
+            f"DELETE FROM {J} WHERE (id, generation) IN (SELECT json_extract(value, '$[0]'), "
             "json_extract(value, '$[1]') FROM json_each(%s)) AND worker_id = %s "
             f"AND state = 'processing' AND claim_expires_at > {now} RETURNING id"
         )
 
     @staticmethod
     def _fence_json(fences: Sequence[tuple[int, int]]) -> str:
-        return json.dumps([[job_id, attempts] for job_id, attempts in fences])
+        return json.dumps([[job_id, generation] for job_id, generation in fences])
 
     def ack_fenced(self, worker_id: str, fences: Sequence[tuple[int, int]]) -> list[int]:
         with self.connection.cursor() as cursor:

@@ -242,3 +242,26 @@ def test_backoff__retried_job_is_not_claimable_before_its_delay():
     assert q.claim_one("w") is None
     make_due(handle.job.id)
     assert q.claim_one("w").job.attempts == 2
+
+
+@pytest.mark.parametrize("operation", sorted(OPERATIONS))
+def test_stale_handle__after_bury_requeue_and_reclaim_by_the_same_worker_changes_nothing(
+    operation,
+):
+    """A requeue resets attempts; the claim generation a handle is fenced by never goes back."""
+    from alkstore_django import operations
+
+    q, old = claimed(max_attempts=1)
+    lapse_claim(old.job.id)
+    assert q.claim_one("w2") is None  # the exhausted lapsed claim is buried first
+    assert store.get_job(old.job.id).state == "dead"
+    assert operations.requeue_dead([old.job.id]) == 1
+    new = q.claim_one("w1")
+    assert (new.job.id, new.job.attempts, new.job.worker_id) == (old.job.id, 1, "w1")
+    assert new.job.generation > old.job.generation
+
+    assert OPERATIONS[operation](old) is False
+    job = store.get_job(new.job.id)
+    assert (job.state, job.attempts, job.worker_id) == ("processing", 1, "w1")
+    assert job.claim_expires_at == new.job.claim_expires_at
+    assert new.ack() is True
