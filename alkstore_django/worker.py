@@ -391,6 +391,10 @@ class Worker:
                 logger.info(
                     "swept queue=%s expired=%d purged=%d", q.name, result.expired, result.purged
                 )
+        # A queue whose workers are gone would otherwise keep these processing forever.
+        buried = self.store.dialect.bury_exhausted_lapsed()
+        if buried:
+            logger.warning("buried exhausted lapsed claims count=%d (any queue)", buried)
 
     def _database_down(self, exc: Exception) -> None:
         self._db_failures += 1

@@ -230,6 +230,18 @@ class Dialect:
     def expire(self, queue: str) -> int:
         return self.bury("queue = %s AND expires_at <= {now}", [queue], "expired")
 
+    def bury_exhausted_lapsed(self) -> int:
+        """Dead-letter every lapsed claim with no attempts left, whatever its queue.
+
+        A claim on a queue buries that queue's exhausted lapsed claims first;
+        this catches those of a queue that nobody claims from any more.
+        """
+        return self.bury(
+            "state = 'processing' AND attempts >= max_attempts AND claim_expires_at <= {now}",
+            [],
+            "max attempts exceeded",
+        )
+
     def purge_dead(self, queue: str, older_than_s: float) -> int:
         now, now_params = self.now_sql()
         cutoff = self.plus_sql(now, "%s")

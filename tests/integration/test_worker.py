@@ -134,3 +134,19 @@ def test_handler_registry__refuses_two_handlers_for_one_queue():
 
     with pytest.raises(InvalidArgument, match="already has handler"):
         reg.register("q", other)
+
+
+def test_sweep__buries_exhausted_lapsed_claims_of_a_queue_nobody_claims_from():
+    from tests.helpers import lapse_claim
+
+    orphan = store.queue("t.orphaned", max_attempts=1)
+    job_id = orphan.enqueue("x")
+    assert orphan.claim_one("gone-worker").job.id == job_id
+    lapse_claim(job_id)
+    run_burst(["t.noop"])
+    dead = DeadJob.objects.get(id=job_id)
+    assert (dead.queue, dead.attempts, dead.last_error) == (
+        "t.orphaned",
+        1,
+        "max attempts exceeded",
+    )
