@@ -1,24 +1,50 @@
-"""One handler run: the job a worker holds, and the outcome its handler decided.
+"""One handler run and its outcome: the single mapping from what a handler did to its effect.
 
-Runs happen on the worker's handler threads; the outcome is handed back to
-the main thread, which alone writes to the database for the worker.
+Everything that runs handlers goes through here — the worker's threads, its
+sentinel, the outbox's ``run_once``, the test helpers and the Tasks runner —
+so they agree on what an exception means and on the text that is stored:
+
+- a return is an ack (the value is kept for the handler's ``on_acked`` hook);
+- ``Fail`` dead-letters at once with its message;
+- any other exception is a failed attempt, retried with backoff or
+  dead-lettered when no attempt is left, stored as ``ExceptionType: message``.
+
+``settle`` then applies an outcome in one transaction with the handler's
+hooks. A failure to record it that is not a lost connection (a ``DataError``,
+a hook that raises) is contained to that job: it is recorded as a failed
+attempt with the reason instead, and the worker carries on.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.db import close_old_connections
+from asgiref.sync import async_to_sync
+from django.db import InterfaceError, OperationalError, close_old_connections, transaction
 
 from .errors import Fail
-from .queues import JobHandle
-from .records import Job
+from .failures import (
+    MAX_LOGGED_ERROR_CHARS,
+    describe,
+    format_traceback,
+    loggable,
+    message_of,
+)
+
+if TYPE_CHECKING:
+    from .queues import JobHandle
+    from .records import Job
 
 logger = logging.getLogger("alkstore_django.worker")
+
+# Only these mean "the database is unreachable": the caller retries the whole
+# outcome later. Any other error while recording one outcome belongs to that job.
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
 
 def tidy_connections(close: Callable[[], None]) -> None:
@@ -34,50 +60,134 @@ def tidy_connections(close: Callable[[], None]) -> None:
 
 
 @dataclass
-class Held:
-    """A job this worker holds a claim on, running or waiting for a thread."""
-
-    handle: JobHandle
-    handler: Callable[[Job], Any]
-    next_heartbeat_at: float
-    started_at: float | None = None
-
-
-@dataclass
 class Outcome:
-    """What a handler run decided; the main thread applies it."""
+    """What a handler run decided: ``ack``, ``retry`` or ``fail``."""
 
-    held: Held
-    kind: str  # "ack" | "retry" | "fail"
+    kind: str
     value: Any = None
     error: str | None = None
     exc: BaseException | None = None
     duration_ms: float = 0.0
 
 
-def run_held(held: Held) -> Outcome:
-    """Run ``held``'s handler as a request would run a view: fresh connections around it.
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
 
-    ``Fail`` means dead at once; any other exception means retry, and is
-    logged with its traceback here, where it is still at hand.
+
+def call_handler(func: Callable[[Any], Any], arg: Any) -> Any:
+    """Call ``func(arg)``; an ``async def`` handler is awaited to its end.
+
+    ``async_to_sync`` runs the coroutine in an event loop while this thread
+    serves its thread-sensitive calls (the ORM), as Django does for async
+    views under WSGI; the claim is kept alive meanwhile like any other run.
     """
-    held.started_at = time.monotonic()
+    value = func(arg)
+    if inspect.isawaitable(value):
+        return async_to_sync(_await)(value)
+    return value
+
+
+def run_handler(func: Callable[[Any], Any], arg: Any, job: Job) -> Outcome:
+    """Run ``func(arg)`` for ``job`` and return what it decided; never raises.
+
+    ``KeyboardInterrupt`` is the one exception passed on: whoever pressed
+    Ctrl-C wants to stop, and the job did not fail.
+    """
+    started = time.monotonic()
+    try:
+        outcome = Outcome("ack", value=call_handler(func, arg))
+    except KeyboardInterrupt:
+        raise
+    except Fail as exc:
+        outcome = Outcome("fail", error=message_of(exc, "failed"), exc=exc)
+    except BaseException as exc:
+        error = describe(exc)
+        if len(error) < MAX_LOGGED_ERROR_CHARS:
+            logger.error(
+                "handler raised id=%s queue=%s attempts=%s",
+                job.id,
+                job.queue,
+                job.attempts,
+                exc_info=exc,
+            )
+        else:
+            # A huge message is logged once, capped, not once per formatter.
+            logger.error(
+                "handler raised id=%s queue=%s attempts=%s\n%s",
+                job.id,
+                job.queue,
+                job.attempts,
+                loggable(format_traceback(exc)),
+            )
+        outcome = Outcome("retry", error=error, exc=exc)
+    outcome.duration_ms = (time.monotonic() - started) * 1000
+    return outcome
+
+
+def run_job(func: Callable[[Any], Any], job: Job) -> Outcome:
+    """Run a worker handler as a request would run a view: fresh connections around it."""
     tidy_connections(close_old_connections)
     try:
-        value = held.handler(held.handle.job)
-        outcome = Outcome(held, "ack", value=value)
-    except Fail as exc:
-        outcome = Outcome(held, "fail", error=str(exc) or "failed", exc=exc)
-    except BaseException as exc:
-        logger.error(
-            "handler raised id=%s queue=%s attempts=%s",
-            held.handle.job.id,
-            held.handle.job.queue,
-            held.handle.job.attempts,
-            exc_info=True,
-        )
-        outcome = Outcome(held, "retry", error=f"{type(exc).__name__}: {exc}", exc=exc)
+        return run_handler(func, job, job)
     finally:
         tidy_connections(close_old_connections)
-    outcome.duration_ms = (time.monotonic() - held.started_at) * 1000
-    return outcome
+
+
+def has_hooks(func: Any) -> bool:
+    """True when the handler writes in its outcome's transaction (the Tasks runner)."""
+    return hasattr(func, "on_acked")
+
+
+def settle(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> str:
+    """Apply ``outcome`` to ``handle`` with ``func``'s hooks; return what became of the job.
+
+    Returns ``acked``, ``retried``, ``dead`` or ``lost`` (the claim was no
+    longer this handle's). One transaction per outcome, joined with the
+    hooks' writes. A connection error propagates: nothing was recorded and
+    the caller retries. Any other error is contained: the job gets a failed
+    attempt whose error says why its outcome could not be recorded.
+    """
+    try:
+        return _apply(handle, outcome, func, using)
+    except CONNECTION_ERRORS:
+        raise
+    except Exception as exc:
+        job = handle.job
+        logger.error(
+            "outcome could not be recorded id=%s queue=%s outcome=%s",
+            job.id,
+            job.queue,
+            outcome.kind,
+            exc_info=True,
+        )
+        error = f"the {outcome.kind} outcome could not be recorded: {describe(exc)}"
+        fallback = Outcome("fail" if outcome.kind == "fail" else "retry", error=error)
+        try:
+            return _apply(handle, fallback, None, using)
+        except CONNECTION_ERRORS:
+            raise
+        except Exception:
+            logger.error("could not record the failure either id=%s", job.id, exc_info=True)
+            return "lost"
+
+
+def _apply(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> str:
+    job = handle.job
+    with transaction.atomic(using=using):
+        if outcome.kind == "ack":
+            if not handle.ack():
+                return "lost"
+            hook = getattr(func, "on_acked", None)
+            if hook is not None:
+                hook(job, outcome.value, using)
+            return "acked"
+        exhausted = outcome.kind == "fail" or job.attempts >= job.max_attempts
+        applied = (
+            handle.fail(outcome.error) if outcome.kind == "fail" else handle.retry(outcome.error)
+        )
+        if not applied:
+            return "lost"
+        hook = getattr(func, "on_failed", None)
+        if hook is not None:
+            hook(job, outcome.exc, outcome.error, exhausted, using)
+        return "dead" if exhausted else "retried"

@@ -8,8 +8,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .conf import ENGINE_DEFAULTS, QueueOptions
-from .errors import Fail
+from .failures import loggable
 from .handlers import outbox_queue_name, validate_outbox_name
+from .job_runs import run_handler, settle
 from .queues import JobHandle, Queue
 from .validation import validate_worker_id
 
@@ -75,44 +76,28 @@ class Outbox:
         """Claim one message and deliver it; False when nothing was claimable.
 
         ``delivery(handle)`` returning acks the message. Raising retries it
-        with the backoff curve, ``str(exception)`` kept as its error, so the
-        last attempt dead-letters with that text. Raising ``Fail``
-        dead-letters it at once. No heartbeat is issued for you: a slow
-        delivery calls ``handle.heartbeat(extend_s)``. A delivery that settles
-        the handle itself (ack, retry, fail, release) is left as it settled it.
+        with the backoff curve, its error kept as ``ExceptionType: message``
+        (the worker's text), so the last attempt dead-letters with that text.
+        Raising ``Fail`` dead-letters it at once with its message. No
+        heartbeat is issued for you: a slow delivery calls
+        ``handle.heartbeat(extend_s)``. A delivery that settles the handle
+        itself (ack, retry, fail, release) is left as it settled it.
         """
         validate_worker_id(worker_id)
         handle = self.queue.claim_one(worker_id)
         if handle is None:
             return False
-        job = handle.job
-        try:
-            delivery(handle)
-        except Fail as exc:
-            if not handle.spent:
-                handle.fail(str(exc) or None)
-            logger.warning(
-                "outbox message failed outbox=%s job=%s attempt=%d error=%s",
-                self.name,
-                job.id,
-                job.attempts,
-                exc,
-            )
-        except Exception as exc:
-            error = str(exc) or type(exc).__name__
-            if not handle.spent:
-                handle.retry(error=error)
-            logger.error(
-                "outbox delivery raised outbox=%s job=%s attempt=%d max_attempts=%d error=%s",
-                self.name,
-                job.id,
-                job.attempts,
-                job.max_attempts,
-                error,
-                exc_info=True,
-            )
-        else:
-            if not handle.spent:
-                handle.ack()
-            logger.info("outbox message delivered outbox=%s job=%s", self.name, job.id)
+        outcome = run_handler(delivery, handle, handle.job)
+        result = "settled by the delivery"
+        if not handle.spent:
+            result = settle(handle, outcome, None, self.store.using)
+        logger.log(
+            logging.INFO if outcome.kind == "ack" else logging.WARNING,
+            "outbox message outbox=%s job=%s attempt=%d outcome=%s%s",
+            self.name,
+            handle.job.id,
+            handle.job.attempts,
+            result,
+            f" error={loggable(outcome.error)!r}" if outcome.error else "",
+        )
         return True

@@ -12,6 +12,7 @@ from django.db import transaction
 
 from .conf import QueueOptions, app_settings
 from .errors import InvalidArgument
+from .failures import error_text
 from .records import EnqueueStamps, Job, QueueStats, SweepResult
 from .timing import backoff_s
 from .validation import (
@@ -237,7 +238,17 @@ class JobHandle:
         return self.job.id, self.job.generation, self.job.worker_id or ""
 
     def _spend(self, done: bool) -> bool:
-        self._spent = True
+        """Spend the handle once its operation is durable.
+
+        Inside a transaction that is when it commits: an outcome rolled back
+        with the caller's transaction leaves the handle usable, and the job
+        still under this claim.
+        """
+        connection = transaction.get_connection(self.queue.store.using)
+        if done and connection.in_atomic_block:
+            transaction.on_commit(self.mark_spent, using=self.queue.store.using)
+        else:
+            self._spent = True
         return done
 
     def ack(self) -> bool:
@@ -250,13 +261,13 @@ class JobHandle:
     def retry(self, error: str | None = None, delay_s: float | None = None) -> bool:
         """Back to pending after ``delay_s`` or the backoff; dead-letter when exhausted.
 
-        The dead letter's error is ``error`` verbatim, or 'max attempts exceeded'.
+        The dead letter's error is ``error`` (cleaned: no NUL, no lone
+        surrogate, capped at 64 KiB), or 'max attempts exceeded'.
         """
         self.queue.store.check_open()
         if delay_s is not None:
             delay_s = validate_duration("delay_s", delay_s)
-        if error is not None and not isinstance(error, str):
-            error = str(error)
+        error = None if error is None else error_text(error)
         if self._spent:
             return False
         dialect = self.queue.store.dialect
@@ -268,10 +279,9 @@ class JobHandle:
         return self._spend(dialect.requeue_claimed(*self._fence(), delay_s=delay_s, error=error))
 
     def fail(self, error: str | None = None) -> bool:
-        """Dead-letter the job at once with ``error`` verbatim, or 'failed'."""
+        """Dead-letter the job at once with ``error`` (cleaned, as for ``retry``), or 'failed'."""
         self.queue.store.check_open()
-        if error is not None and not isinstance(error, str):
-            error = str(error)
+        error = None if error is None else error_text(error)
         if self._spent:
             return False
         reason = "failed" if error is None else error

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .conf import app_settings
 from .errors import StoreClosed
+from .handlers import OUTBOX_PREFIX
 from .queues import Queue
 from .validation import validate_int, validate_name, validate_queue_options
 
@@ -61,6 +62,16 @@ class Store:
         validate_name("queue", name)
         checked = validate_queue_options(opts)
         return Queue(self, name, app_settings.queue_defaults(name).overlay(checked))
+
+    def handler_queue(self, name: str) -> Queue:
+        """Return the Queue a handler registered under ``name`` runs on.
+
+        That is ``queue(name)``, or for an outbox handler (registered under its
+        reserved backing queue) the outbox's queue with its fixed stamps.
+        """
+        if name.startswith(OUTBOX_PREFIX):
+            return self.outbox(name[len(OUTBOX_PREFIX) :]).queue
+        return self.queue(name)
 
     def get_job(self, job_id: int) -> Job | None:
         """Return the job, live or dead, or None. A pure read."""

@@ -11,8 +11,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+from .failures import loggable
 from .job_runs import Outcome
 from .outcomes import record_outcomes
+from .records import Job
 
 logger = logging.getLogger("alkstore_django.worker")
 
@@ -39,9 +41,8 @@ class Tally:
         self._counts: Counter[tuple[str, str]] = Counter()
         self._last_flush = time.monotonic()
 
-    def record(self, outcome: Outcome, result: str) -> None:
+    def record(self, job: Job, outcome: Outcome, result: str) -> None:
         """Count and log one settled outcome: acked, retried, dead or lost."""
-        job = outcome.held.handle.job
         stats = self.stats
         if result == "acked":
             stats.acked += 1
@@ -61,7 +62,7 @@ class Tally:
             result,
             job.attempts,
             outcome.duration_ms,
-            f" error={outcome.error!r}" if outcome.error else "",
+            f" error={loggable(outcome.error)!r}" if outcome.error else "",
         )
 
     def flush_due(self) -> bool:

@@ -9,16 +9,17 @@ import logging
 import threading
 import time
 from datetime import datetime, timedelta
-from traceback import format_exception
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.tasks import TaskContext, TaskResult, task_backends
-from django.tasks.exceptions import InvalidTask
+from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
 from django.tasks.signals import task_finished, task_started
 
 from .conf import app_settings
-from .errors import Fail
+from .errors import Fail, PayloadError
+from .failures import format_traceback
 from .models import TaskResult as TaskResultRow
 from .models import TaskStatus
 from .records import Job
@@ -29,7 +30,7 @@ from .tasks import (
     TaskCall,
     build_result,
     exception_class_path,
-    json_roundtrip,
+    json_value,
     lost_error,
     missing_errors,
     prune_results,
@@ -66,7 +67,7 @@ class TaskRunner:
         call = TaskCall.from_payload(job.payload)
         if call is None:
             raise Fail(f"Job {job.id} on queue {job.queue!r} is not a Django Tasks job.")
-        backend = task_backends[call.backend]
+        backend = _backend(call, job)
         task = rebuild_task(call, job)
         row = self._record_start(job, call, using or app_settings.database)
         result = build_result(task, job.id, call, row=row, running=True)
@@ -75,8 +76,11 @@ class TaskRunner:
             raw = task.call(TaskContext(task_result=result), *call.args, **call.kwargs)
         else:
             raw = task.call(*call.args, **call.kwargs)
-        # A value JSON cannot hold is the task's failure, with its own traceback.
-        return json_roundtrip(raw)
+        try:
+            return json_value(raw, app_settings.max_payload_bytes)
+        except PayloadError as exc:
+            # Retrying cannot change what the task returns: FAILED at once, with why.
+            raise Fail(f"Task {call.path} returned a value that cannot be stored: {exc}") from exc
 
     def _record_start(self, job: Job, call: TaskCall, using: str) -> TaskResultRow:
         claimed_at = _claimed_at(job)
@@ -143,7 +147,7 @@ class TaskRunner:
             entry = {
                 "attempt": job.attempts,
                 "exception_class_path": exception_class_path(exc),
-                "traceback": "".join(format_exception(exc)),
+                "traceback": format_traceback(exc),
             }
         else:
             entry = lost_error(job.attempts, job.worker_id or "unknown", error or "failed")
@@ -182,7 +186,10 @@ class TaskRunner:
         for name, new in changes.items():
             setattr(row, name, new)
         if finished:
-            backend = task_backends[call.backend]
+            try:
+                backend = task_backends[call.backend]
+            except InvalidTaskBackend:
+                return  # dead-lettered for naming an alias that is gone: no one to signal
             if isinstance(backend, AlkstoreBackend):
                 self._prune(backend, using)
             try:
@@ -203,6 +210,18 @@ class TaskRunner:
                 return
             self._last_prune[key] = time.monotonic()
         prune_results(backend, using=using)
+
+
+def _backend(call: TaskCall, job: Job) -> Any:
+    """Return the backend a job names; a ``TASKS`` alias that is gone dead-letters the job."""
+    try:
+        return task_backends[call.backend]
+    except InvalidTaskBackend as exc:
+        configured = ", ".join(map(repr, getattr(settings, "TASKS", {}) or {})) or "none"
+        raise Fail(
+            f"Job {job.id} names TASKS alias {call.backend!r}, which is not configured: "
+            f"expected one of {configured}."
+        ) from exc
 
 
 def _send_finished(sender: type, result: TaskResult, exc: BaseException | None) -> None:

@@ -38,7 +38,7 @@ from .models import DeadJob, TaskStatus
 from .models import Job as JobRow
 from .models import TaskResult as TaskResultRow
 from .store import Store, get_store
-from .validation import validate_name
+from .validation import encode_payload, validate_name
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +101,17 @@ class TaskCall:
 def json_roundtrip(value: Any) -> Any:
     # normalize_json keeps non-string dict keys; what is stored is what JSON gives back.
     return json.loads(json.dumps(normalize_json(value)))
+
+
+def json_value(value: Any, max_bytes: int) -> Any:
+    """Return ``value`` as JSON gives it back, refused like a payload when it cannot be stored.
+
+    A value JSON cannot hold raises ``TypeError``, as Django's own backends
+    do; NaN and infinities, U+0000, lone surrogates and values over
+    ``max_bytes`` raise ``PayloadError``: the database would refuse them
+    when the result is written.
+    """
+    return json.loads(encode_payload(normalize_json(value), max_bytes))
 
 
 def exception_class_path(exc: BaseException) -> str:

@@ -1,19 +1,96 @@
-"""Helpers for a site's own tests: run the Django Tasks jobs that are ready, in-process."""
+"""Helpers for a site's own tests: run the ready jobs in-process, on the caller's connection.
+
+``runworker`` cannot run inside a ``TestCase`` (its threads use connections of
+their own, which cannot see the test's uncommitted rows; on SQLite they wait on
+its write lock). These helpers claim, run and settle each ready job on the
+calling thread, with the outcome applied exactly as the worker applies it
+(``job_runs.run_handler`` and ``job_runs.settle``): retries with backoff, dead
+letters, the Tasks backend's results and signals.
+"""
 
 from __future__ import annotations
 
-import logging
+import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from django.db import transaction
-
-from .errors import Fail
-from .queues import JobHandle
+from .errors import InvalidArgument
+from .handlers import outbox_queue_name, registry
+from .job_runs import has_hooks, run_handler, settle
 from .store import get_store
 
-logger = logging.getLogger(__name__)
+DEFAULT_WORKER_ID = "run_ready_jobs"
 
-DEFAULT_WORKER_ID = "run_ready_tasks"
+
+@dataclass(frozen=True)
+class JobRun:
+    """One attempt a test helper ran: the job, the attempt, and what became of it.
+
+    ``outcome`` is ``acked``, ``retried``, ``dead`` or ``lost``; ``error`` the
+    text stored for a failed attempt; ``value`` what the handler returned.
+    """
+
+    job_id: int
+    queue: str
+    attempt: int
+    outcome: str
+    error: str | None = None
+    value: Any = None
+
+
+def run_ready_jobs(
+    queues: Sequence[str] | None = None,
+    *,
+    outboxes: Sequence[str] = (),
+    using: str | None = None,
+    worker_id: str = DEFAULT_WORKER_ID,
+) -> list[JobRun]:
+    """Run every ready job of ``queues`` and ``outboxes`` on this thread; return the runs.
+
+    With neither given, every registered handler's queue is run (queues,
+    outboxes and the Tasks backends' queues alike). Each job is run with its
+    queue's registered handler, so it works inside a test's transaction
+    (``TestCase``, ``django_db`` without ``transaction=True``). It returns when
+    no job is ready: a retried job waiting for its backoff is left for a later
+    call (make it due with your own helper, or use ``retry_base_s=0``).
+    Raises ``InvalidArgument`` for a queue without a handler.
+    """
+    names = [*(queues or ()), *(outbox_queue_name(name) for name in outboxes)]
+    if not names:
+        names = registry.queues()
+    store = get_store(using)
+    handled = []
+    for name in names:
+        func: Any = registry.get(name)
+        if func is None:
+            known = ", ".join(map(repr, registry.queues())) or "none"
+            raise InvalidArgument(
+                f"No handler registered for queue {name!r}: expected one of {known}."
+            )
+        # The Tasks runner writes its results to the database it is told.
+        call = functools.partial(func, using=store.using) if has_hooks(func) else func
+        handled.append((store.handler_queue(name), func, call))
+    runs: list[JobRun] = []
+    while True:
+        progressed = False
+        for queue, func, call in handled:
+            handle = queue.claim_one(worker_id)
+            if handle is None:
+                continue
+            progressed = True
+            job = handle.job
+            try:
+                outcome = run_handler(call, job, job)
+            except KeyboardInterrupt:
+                handle.release()
+                raise
+            result = settle(handle, outcome, func, store.using)
+            runs.append(
+                JobRun(job.id, job.queue, job.attempts, result, outcome.error, outcome.value)
+            )
+        if not progressed:
+            return runs
 
 
 def run_ready_tasks(
@@ -21,27 +98,19 @@ def run_ready_tasks(
     *,
     backend: str | None = None,
     queues: Sequence[str] | None = None,
-    worker_id: str = DEFAULT_WORKER_ID,
+    worker_id: str = "run_ready_tasks",
 ) -> int:
     """Run every ready Django Tasks job on this thread; return how many attempts ran.
 
-    ``using`` is the database alias (``ALKSTORE["DATABASE"]`` by default);
-    ``backend`` narrows the run to one ``TASKS`` alias (every ``AlkstoreBackend``
-    by default) and ``queues`` to some queues (the backends' ``QUEUES`` by
-    default). Each job is claimed, run and settled exactly as ``runworker``
-    would — results, signals, retries — but on the caller's thread and
-    connection, so it works inside a test's transaction (``TestCase``,
-    ``django_db`` without ``transaction=True``). It returns when no job is
-    ready: a retried job waiting for its backoff is left for a later call.
-    Requires Django 6.
+    ``backend`` narrows the run to one ``TASKS`` alias (every
+    ``AlkstoreBackend`` by default) and ``queues`` to some queues (the
+    backends' ``QUEUES`` by default). Results, signals and retries are as
+    ``runworker`` makes them. Requires Django 6.
     """
     from .tasks import alkstore_backends
 
-    store = get_store(using)
-    names = (
-        list(queues)
-        if queues is not None
-        else sorted(
+    if queues is None:
+        queues = sorted(
             {
                 name
                 for found in alkstore_backends()
@@ -49,46 +118,4 @@ def run_ready_tasks(
                 for name in found.queue_names()
             }
         )
-    )
-    handles = [store.queue(name) for name in names]
-    ran = 0
-    while True:
-        progressed = False
-        for queue in handles:
-            handle = queue.claim_one(worker_id)
-            if handle is None:
-                continue
-            progressed = True
-            ran += 1
-            _run_one(handle, store.using)
-        if not progressed:
-            return ran
-
-
-def _run_one(handle: JobHandle, using: str) -> None:
-    from .task_runner import task_runner
-
-    job = handle.job
-    exc: BaseException | None = None
-    kind = "ack"
-    try:
-        value = task_runner(job, using)
-    except KeyboardInterrupt:
-        # Whoever pressed Ctrl-C wants the test run to stop; the job did not fail.
-        handle.release()
-        raise
-    except Fail as caught:
-        kind, exc, value = "fail", caught, None
-    except BaseException as caught:
-        kind, exc, value = "retry", caught, None
-        logger.error("task raised id=%s attempts=%s", job.id, job.attempts, exc_info=True)
-    with transaction.atomic(using=using):
-        if kind == "ack":
-            if handle.ack():
-                task_runner.on_acked(job, value, using)
-            return
-        error = (str(exc) or "failed") if kind == "fail" else f"{type(exc).__name__}: {exc}"
-        exhausted = kind == "fail" or job.attempts >= job.max_attempts
-        applied = handle.fail(error) if kind == "fail" else handle.retry(error)
-        if applied:
-            task_runner.on_failed(job, exc, error, exhausted, using)
+    return len(run_ready_jobs(list(queues), using=using, worker_id=worker_id))

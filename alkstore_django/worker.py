@@ -16,16 +16,21 @@ import socket
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, connections
 
 from .conf import app_settings
 from .errors import InvalidArgument
-from .handlers import OUTBOX_PREFIX, HandlerRegistry, registry
-from .job_runs import Held, Outcome, run_held, tidy_connections
+from .failures import describe
+from .handlers import HandlerRegistry, registry
+from .job_runs import CONNECTION_ERRORS, Outcome, has_hooks, run_job, settle, tidy_connections
 from .notify import Watcher, open_watcher
 from .queues import JobHandle, Queue
+from .slots import RETURNED, RUNNING, ClaimSlots
 from .store import Store, get_store
 from .tally import Tally, WorkerStats
 from .validation import validate_worker_id
@@ -43,6 +48,28 @@ ACK_LINGER_S = 0.02
 DEFAULT_PREFETCH = 8
 DB_RETRY_MAX_S = 5.0
 STOP_CHECK_S = 0.25
+INTERRUPTED = (
+    "interrupted: the worker shut down while the handler was still running "
+    "(it outlived the {grace_s:g} s grace period)"
+)
+
+
+@dataclass
+class Held:
+    """A job this worker holds a claim on, running or waiting for a thread."""
+
+    handle: JobHandle
+    handler: Any
+    next_heartbeat_at: float
+    slot: int
+
+
+@dataclass
+class Done:
+    """A held job whose handler has run, and what it decided."""
+
+    held: Held
+    outcome: Outcome
 
 
 def default_worker_id() -> str:
@@ -54,9 +81,12 @@ class Worker:
     """Run the handlers of ``queues`` until ``stop`` is set (or, in burst mode, until idle).
 
     ``batch`` is the most jobs held under claim at once (running plus waiting
-    for a thread). On stop, jobs not yet started are released at once; running
-    ones get ``grace_s`` to finish, then their claims are released too, giving
-    back the attempt (the job did not fail).
+    for a thread). On stop, jobs not yet started are released at once (their
+    attempt given back); running ones get ``grace_s`` to finish. A job still
+    running after that is never handed back at the same attempt: its attempt
+    is recorded as interrupted and it is retried with backoff, as the next
+    attempt. ``slots`` is where the held jobs are recorded for a sentinel
+    process (``sentinel.py``); the worker makes its own when none is given.
     """
 
     def __init__(
@@ -72,6 +102,7 @@ class Worker:
         poll_interval_s: float | None = None,
         sweep_interval_s: float | None = None,
         handlers: HandlerRegistry | None = None,
+        slots: ClaimSlots | None = None,
     ) -> None:
         self.store = store or get_store()
         self.handlers = handlers or registry
@@ -90,12 +121,13 @@ class Worker:
         self.poll_interval_s = poll_interval_s or app_settings.poll_interval_s
         self.sweep_interval_s = sweep_interval_s or app_settings.sweep_interval_s
         self.tally = Tally(self.store.using)
+        self.slots = slots or ClaimSlots(self.capacity)
         self._queues: list[Queue] = []
         self._held: dict[int, Held] = {}
         self._work: queue_module.SimpleQueue[Held | None] = queue_module.SimpleQueue()
-        self._done: queue_module.SimpleQueue[Outcome] = queue_module.SimpleQueue()
-        self._unsettled: list[Outcome] = []
-        self._acks: list[Outcome] = []
+        self._done: queue_module.SimpleQueue[Done] = queue_module.SimpleQueue()
+        self._unsettled: deque[Done] = deque()
+        self._acks: list[Done] = []
         self._acks_since = 0.0
         self._next_beat = float("inf")
         self._wake = threading.Event()
@@ -111,7 +143,8 @@ class Worker:
 
     # --- set-up -----------------------------------------------------------------
 
-    def _build_queues(self) -> list[Queue]:
+    def build_queues(self) -> list[Queue]:
+        """Return a Queue for each name this worker runs; refuse a name without a handler."""
         built = []
         for name in self.queue_names:
             if self.handlers.get(name) is None:
@@ -119,10 +152,7 @@ class Worker:
                     f"No handler registered for queue {name!r}: expected one of "
                     f"{', '.join(map(repr, self.handlers.queues())) or 'none (add a jobs.py)'}."
                 )
-            if name.startswith(OUTBOX_PREFIX):
-                built.append(self.store.outbox(name[len(OUTBOX_PREFIX) :]).queue)
-            else:
-                built.append(self.store.queue(name))
+            built.append(self.store.handler_queue(name))
         return built
 
     def _start_threads(self) -> None:
@@ -140,7 +170,7 @@ class Worker:
 
     def run(self, stop: threading.Event) -> WorkerStats:
         """Work until ``stop`` is set; return the counts."""
-        self._queues = self._build_queues()
+        self._queues = self.build_queues()
         logger.info(
             "worker started worker_id=%s queues=%s concurrency=%d batch=%d",
             self.worker_id,
@@ -169,7 +199,7 @@ class Worker:
                     timeout = self._idle_timeout(drained)
                     self._db_failures = 0
                 except DatabaseError as exc:
-                    self._database_down(exc)
+                    self._database_error(exc)
                     continue
                 # Sliced so a stop request is seen within STOP_CHECK_S.
                 self._wake.wait(min(timeout, STOP_CHECK_S))
@@ -210,7 +240,7 @@ class Worker:
                 drained = False
                 break
             acks, self._acks = self._acks, []
-            fences = [(o.held.handle.job.id, o.held.handle.job.generation) for o in acks]
+            fences = [(d.held.handle.job.id, d.held.handle.job.generation) for d in acks]
             try:
                 acked, jobs = dialect.claim_and_ack(
                     q.name, self.worker_id, want, self.worker_id, fences
@@ -228,7 +258,8 @@ class Worker:
             for job in jobs:
                 handle = JobHandle(q, job)
                 beat_at = now + job.visibility_timeout_s * HEARTBEAT_FRACTION
-                held = Held(handle=handle, handler=func, next_heartbeat_at=beat_at)  # type: ignore[arg-type]
+                slot = self.slots.take(job.id, job.generation)
+                held = Held(handle=handle, handler=func, next_heartbeat_at=beat_at, slot=slot)
                 self._next_beat = min(self._next_beat, beat_at)
                 self._held[job.id] = held
                 self._work.put(held)
@@ -244,11 +275,25 @@ class Worker:
             if held is None:
                 tidy_connections(connections.close_all)
                 return
-            self._done.put(run_held(held))
+            try:
+                outcome = self._run(held)
+            except BaseException as exc:  # noqa: BLE001 - the thread must outlive anything
+                # run_job never raises; this is the last line, so a handler
+                # thread can never die and strand its job under a live claim.
+                outcome = Outcome("retry", error=f"the handler could not be run: {describe(exc)}")
+            self._done.put(Done(held, outcome))
             # Wake the main thread when it has a batch to settle and claim, or
             # when this thread is about to go idle; not once per job.
             if self._work.empty() or self._done.qsize() >= self._refill_at:
                 self._wake.set()
+
+    def _run(self, held: Held) -> Outcome:
+        self.slots.mark(held.slot, RUNNING)
+        outcome = run_job(held.handler, held.handle.job)
+        if outcome.kind == "ack" and not has_hooks(held.handler):
+            # Should the process die before the ack commits, its sentinel acks it.
+            self.slots.mark(held.slot, RETURNED)
+        return outcome
 
     def _watch(self) -> None:
         watcher: Watcher | None = None
@@ -272,50 +317,31 @@ class Worker:
     # --- settling outcomes -------------------------------------------------------------
 
     def _settle(self) -> None:
+        """Apply the finished jobs' outcomes, oldest first.
+
+        Plain acks wait for the next claim (see ``_fill``); acks whose handler
+        writes a result, and failures, are settled here, one transaction each,
+        so a job whose outcome cannot be recorded harms no other. A lost
+        connection leaves the rest in line for the next round: nothing is dropped.
+        """
         while True:
             try:
                 self._unsettled.append(self._done.get_nowait())
             except queue_module.Empty:
                 break
-        if self._unsettled:
-            pending, self._unsettled = self._unsettled, []
-            try:
-                self._apply(pending)
-            except BaseException:
-                # Nothing is dropped: what was not applied is tried again.
-                self._unsettled = pending + self._unsettled
-                raise
-        if self.tally.flush_due():
-            self.tally.flush()
-
-    def _apply(self, outcomes: list[Outcome]) -> None:
-        # Plain acks wait for the next claim (see _fill); acks whose handler
-        # writes a result, and failures, are applied here, each in its own
-        # transaction with its hook.
-        hooked = []
-        for outcome in outcomes:
-            if outcome.kind != "ack":
-                self._apply_failure(outcome)
-                self._held.pop(outcome.held.handle.job.id, None)
-            elif hasattr(outcome.held.handler, "on_acked"):
-                hooked.append(outcome)
-            else:
+        while self._unsettled:
+            done = self._unsettled[0]
+            if done.outcome.kind == "ack" and not has_hooks(done.held.handler):
                 if not self._acks:
                     self._acks_since = time.monotonic()
-                self._acks.append(outcome)
-        if hooked:
-            self._apply_hooked_acks(hooked)
-
-    def _apply_hooked_acks(self, acks: list[Outcome]) -> None:
-        dialect = self.store.dialect
-        fences = [(o.held.handle.job.id, o.held.handle.job.generation) for o in acks]
-        # Results are written in the ack's own transaction: never lost, never doubled.
-        with transaction.atomic(using=self.store.using):
-            acked = set(dialect.ack_fenced(self.worker_id, fences))
-            for outcome in acks:
-                if outcome.held.handle.job.id in acked:
-                    outcome.held.handler.on_acked(outcome.held.handle.job, outcome.value)  # type: ignore[attr-defined]
-        self._report_acks(acks, acked)
+                self._acks.append(done)
+            else:
+                result = settle(done.held.handle, done.outcome, done.held.handler, self.store.using)
+                self._forget(done.held)
+                self.tally.record(done.held.handle.job, done.outcome, result)
+            self._unsettled.popleft()
+        if self.tally.flush_due():
+            self.tally.flush()
 
     def _flush_acks(self, force: bool = False) -> None:
         """Write the waiting acks on their own when no claim is coming to carry them."""
@@ -326,7 +352,7 @@ class Worker:
         ):
             return
         acks, self._acks = self._acks, []
-        fences = [(o.held.handle.job.id, o.held.handle.job.generation) for o in acks]
+        fences = [(d.held.handle.job.id, d.held.handle.job.generation) for d in acks]
         try:
             acked = set(self.store.dialect.ack_fenced(self.worker_id, fences))
         except BaseException:
@@ -334,31 +360,20 @@ class Worker:
             raise
         self._report_acks(acks, acked)
 
-    def _report_acks(self, acks: list[Outcome], acked: set[int]) -> None:
+    def _report_acks(self, acks: list[Done], acked: set[int]) -> None:
         """Log committed acks (only once they are durable) and free their slots."""
-        held = self._held
-        for outcome in acks:
-            handle = outcome.held.handle
+        for done in acks:
+            handle = done.held.handle
             handle.mark_spent()
-            held.pop(handle.job.id, None)
-            self.tally.record(outcome, "acked" if handle.job.id in acked else "lost")
+            self._forget(done.held)
+            self.tally.record(
+                handle.job, done.outcome, "acked" if handle.job.id in acked else "lost"
+            )
 
-    def _apply_failure(self, outcome: Outcome) -> None:
-        handle = outcome.held.handle
-        job = handle.job
-        exhausted = outcome.kind == "fail" or job.attempts >= job.max_attempts
-        hook = getattr(outcome.held.handler, "on_failed", None)
-        with transaction.atomic(using=self.store.using):
-            if outcome.kind == "fail":
-                applied = handle.fail(outcome.error)
-            else:
-                applied = handle.retry(outcome.error)
-            if applied and hook is not None:
-                hook(job, outcome.exc, outcome.error, exhausted)
-        if not applied:
-            self.tally.record(outcome, "lost")
-        else:
-            self.tally.record(outcome, "dead" if exhausted else "retried")
+    def _forget(self, held: Held) -> None:
+        """Drop a held job whose outcome is durable (or whose claim is gone)."""
+        if self._held.pop(held.handle.job.id, None) is not None:
+            self.slots.free(held.slot)
 
     # --- keeping claims alive -------------------------------------------------------------
 
@@ -396,15 +411,22 @@ class Worker:
         if buried:
             logger.warning("buried exhausted lapsed claims count=%d (any queue)", buried)
 
-    def _database_down(self, exc: Exception) -> None:
+    def _database_error(self, exc: DatabaseError) -> None:
+        """Back off and reconnect; only a connection-level error is an outage."""
         self._db_failures += 1
         delay = min(0.1 * 2**self._db_failures, DB_RETRY_MAX_S)
-        logger.error(
-            "database unavailable (attempt %d), retrying in %.1fs: %s",
-            self._db_failures,
-            delay,
-            exc,
-        )
+        if isinstance(exc, CONNECTION_ERRORS):
+            logger.error(
+                "database unavailable (attempt %d), retrying in %.1fs: %s",
+                self._db_failures,
+                delay,
+                exc,
+            )
+        else:
+            logger.error(
+                "database error (attempt %d), retrying in %.1fs", self._db_failures, delay,
+                exc_info=exc,
+            )  # fmt: skip
         connections[self.store.using].close()
         self._halt.wait(delay)
 
@@ -429,19 +451,17 @@ class Worker:
                 self._flush_acks(force=True)
                 self._heartbeat()
             except DatabaseError as exc:
-                self._database_down(exc)
+                self._database_error(exc)
             self._wake.wait(min(0.1, max(deadline - time.monotonic(), 0.0)))
             self._wake.clear()
         try:
+            self._settle()
             self._flush_acks(force=True)
+            self._interrupt_running()
         except DatabaseError:
-            logger.warning("could not write the last acks; their claims will lapse", exc_info=True)
-        finished = {o.held.handle.job.id for o in self._acks}
-        for held in list(self._held.values()):
-            # A finished job whose ack could not be written is not released
-            # (that would run it again at once); its claim lapses instead.
-            if held.handle.job.id not in finished:
-                self._release(held)
+            logger.warning(
+                "could not write the last outcomes; their claims will lapse", exc_info=True
+            )
         try:
             self.tally.flush()
         except DatabaseError:
@@ -464,13 +484,34 @@ class Worker:
             self.stats.released,
         )
 
+    def _interrupt_running(self) -> None:
+        """Record the attempt of every job still running as interrupted.
+
+        Releasing it would let another worker start it at the same attempt
+        while this handler still runs; leaving the claim to lapse would hide
+        why it ran again. Finished jobs whose outcome could not be written are
+        left to lapse (their handles' outcomes are unknown to the database).
+        """
+        finished = {d.held.handle.job.id for d in [*self._acks, *self._unsettled]}
+        interrupted = Outcome("retry", error=INTERRUPTED.format(grace_s=self.grace_s))
+        for held in list(self._held.values()):
+            if held.handle.job.id in finished:
+                continue
+            result = settle(held.handle, interrupted, held.handler, self.store.using)
+            self._forget(held)
+            self.tally.record(held.handle.job, interrupted, result)
+
+    def running_threads(self) -> int:
+        """Return how many handler threads are still inside a job (after ``run`` returned)."""
+        return sum(t.is_alive() for t in self._threads if t.name.startswith("alkstore-job"))
+
     def _release(self, held: Held) -> None:
-        self._held.pop(held.handle.job.id, None)
         try:
             released = held.handle.release()
         except DatabaseError:
             logger.warning("could not release id=%s; its claim will lapse", held.handle.job.id)
             return
+        self._forget(held)
         if released:
             self.stats.released += 1
             logger.info(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -70,37 +71,63 @@ def test_sigterm__lets_the_running_job_finish_and_exits_0(subprocess_env):
     assert store.get_job(job_id) is None
 
 
-def test_second_sigterm__exits_at_once_and_another_worker_reclaims_later(subprocess_env):
-    job_id = store.queue("t.slow", visibility_timeout_s=1).enqueue({"sleep_s": 30})
+def test_second_sigterm__exits_at_once_and_the_running_attempt_is_failed_not_given_back(
+    subprocess_env,
+):
+    job_id = store.queue("t.slow", retry_base_s=0).enqueue({"sleep_s": 30})
     proc = runworker(subprocess_env, "--queue", "t.slow", wait=False)
     assert wait_for(lambda: Run.objects.filter(job_id=job_id).exists())
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=10)
+    out, _ = proc.communicate(timeout=10)  # the sentinel has settled once the pipe closes
     assert time.monotonic() - started < 5
     assert proc.returncode != 0
-    assert store.get_job(job_id).state == "processing"  # held until the claim lapses
-    # Another worker reclaims it once the visibility timeout passes.
+    job = store.get_job(job_id)
+    # The sentinel saw the job running: its attempt is spent with the reason, never returned.
+    assert (job.state, job.attempts) == ("pending", 1), out
+    assert "died while running this job" in job.last_error
     Job.objects.filter(id=job_id).update(payload={"sleep_s": 0})
-    handle = None
-
-    def reclaim():
-        nonlocal handle
-        handle = store.queue("t.slow").claim_one("rescuer")
-        return handle is not None
-
-    assert wait_for(reclaim, timeout=10)
-    assert handle.job.id == job_id
-    assert handle.job.attempts == 2
+    handle = store.queue("t.slow").claim_one("rescuer")
+    assert (handle.job.id, handle.job.attempts) == (job_id, 2)
 
 
-def test_sigkill__held_claims_are_reclaimed_after_the_visibility_timeout(subprocess_env):
-    ids = store.queue("t.slow", visibility_timeout_s=1).enqueue_many([{"sleep_s": 30}] * 3)
-    proc = runworker(subprocess_env, "--queue", "t.slow", "--concurrency", "3", wait=False)
-    assert wait_for(lambda: Run.objects.count() == 3)
+def test_sigkill__the_sentinel_fails_running_jobs_and_releases_prefetched_ones(subprocess_env):
+    q = store.queue("t.slow", visibility_timeout_s=60, retry_base_s=0)
+    running = q.enqueue_many([{"sleep_s": 30}] * 2)
+    waiting = q.enqueue_many([{"sleep_s": 0}] * 3)
+    proc = runworker(
+        subprocess_env, "--queue", "t.slow", "--concurrency", "2", "--batch", "5", wait=False
+    )
+    assert wait_for(lambda: Run.objects.count() == 2)
+    assert wait_for(lambda: Job.objects.filter(state="processing").count() == 5)
     proc.kill()
+    out, _ = proc.communicate(timeout=10)
+    for job_id in running:
+        job = store.get_job(job_id)
+        assert (job.state, job.attempts) == ("pending", 1), out
+        assert "died while running this job" in job.last_error
+    for job_id in waiting:
+        job = store.get_job(job_id)
+        assert (job.state, job.attempts, job.last_error) == ("pending", 0, None), out
+    assert sorted(Run.objects.values_list("job_id", flat=True)) == running
+
+
+def test_sigkill_of_the_whole_process_group__claims_lapse_and_are_reclaimed(subprocess_env):
+    """Without its sentinel the database cannot tell running from prefetched: each spends one."""
+    ids = store.queue("t.slow", visibility_timeout_s=1).enqueue_many([{"sleep_s": 30}] * 3)
+    cmd = [sys.executable, "-m", "django", "runworker", "--settings", "tests.settings"]
+    proc = subprocess.Popen(
+        [*cmd, "--queue", "t.slow", "--concurrency", "3"],
+        env=subprocess_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert wait_for(lambda: Run.objects.count() == 3)
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=10)
     Job.objects.update(payload={"sleep_s": 0})
     # A burst worker started before the claims lapse finds nothing; run until all are done.

@@ -161,9 +161,10 @@ def test_handle__refuses_every_operation_after_the_job_was_reclaimed(op):
 @pytest.mark.parametrize("spend", ["ack", "retry_with_delay", "fail", "release"])
 @pytest.mark.parametrize("op", OPERATIONS)
 def test_handle__refuses_every_operation_once_spent(spend, op):
+    # Inside the test's transaction the handle is not marked spent yet (that
+    # happens on commit): the database's fence is what refuses here.
     _, handle = claimed(max_attempts=5)
     assert OPERATIONS[spend](handle) is True
-    assert handle.spent is True
     before_live, before_dead = live_count(), dead_count()
     before = store.get_job(handle.job.id)
     assert OPERATIONS[op](handle) is False
@@ -175,7 +176,7 @@ def test_handle__released_then_reclaimed_refuses_the_old_handle_even_with_the_sa
     q, first = claimed()
     first.release()
     second = q.claim_one("w1")
-    # Same worker id and the same attempt number: only the spent flag refuses.
+    # Same worker id and the same attempt number: the claim generation refuses.
     assert (second.job.attempts, second.job.worker_id) == (first.job.attempts, "w1")
     assert first.ack() is False
     assert store.get_job(first.job.id).state == "processing"
@@ -265,3 +266,21 @@ def test_stale_handle__after_bury_requeue_and_reclaim_by_the_same_worker_changes
     assert (job.state, job.attempts, job.worker_id) == ("processing", 1, "w1")
     assert job.claim_expires_at == new.job.claim_expires_at
     assert new.ack() is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_handle__is_spent_when_its_operation_commits_not_when_it_rolls_back():
+    from django.db import transaction
+
+    _, handle = claimed()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        assert handle.retry("boom", delay_s=0) is True
+        raise RuntimeError("the caller's transaction rolls back")
+    assert handle.spent is False
+    assert store.get_job(handle.job.id).state == "processing"
+    with transaction.atomic():
+        assert handle.ack() is True
+        assert handle.spent is False  # the transaction has not committed yet
+    assert handle.spent is True
+    assert handle.ack() is False
+    assert store.get_job(handle.job.id) is None

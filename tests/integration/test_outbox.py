@@ -119,7 +119,8 @@ def test_run_once__retries_a_delivery_that_raises_with_a_backoff_gap_and_the_err
 
     job = store.get_job(job_id)
     assert (job.state, job.attempts) == ("pending", 1)
-    assert job.last_error == "503 from https://hooks.example.com"
+    # The same text the worker stores: one outcome path for every runner.
+    assert job.last_error == "ConnectionError: 503 from https://hooks.example.com"
     gap_s = (job.run_at - db_now()).total_seconds()
     assert 2 <= gap_s <= 5  # attempt 1 of base 5 s: [3, 5]
     assert outbox.run_once("w1", delivery) is False  # not due yet
@@ -137,7 +138,7 @@ def test_run_once__dead_letters_with_the_exception_text_when_exhausted():
     assert outbox.run_once("w1", delivery) is True
 
     dead = DeadJob.objects.get(id=job_id)
-    assert dead.last_error == "refused on attempt 2"
+    assert dead.last_error == "ValueError: refused on attempt 2"
     assert dead.attempts == 2
     assert store.get_job(job_id).state == "dead"
 

@@ -13,6 +13,7 @@ from alkstore_django.errors import InvalidArgument
 from alkstore_django.handlers import HandlerRegistry
 from alkstore_django.models import DeadJob, Job
 from alkstore_django.worker import Worker
+from tests.helpers import db_now
 from tests.testapp.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -85,14 +86,30 @@ def test_long_handler__is_kept_alive_by_heartbeats_and_runs_once():
     assert not Job.objects.filter(id=job_id).exists()
 
 
-def test_stop__releases_jobs_still_running_after_the_grace_period():
+def test_stop__records_a_job_still_running_after_the_grace_period_as_interrupted():
     job_id = store.queue("t.slow").enqueue({"sleep_s": 3})
     with running_worker(["t.slow"], grace_s=0.2) as worker:
         wait_for_run(job_id)
     job = store.get_job(job_id)
-    assert job.state == "pending"
-    assert job.attempts == 0  # the attempt the claim consumed was given back
-    assert worker.stats.released == 1
+    # Never given back at the same attempt: the attempt is spent, the reason kept,
+    # and the job runs again only after its backoff, as attempt 2.
+    assert (job.state, job.attempts, job.worker_id) == ("pending", 1, None)
+    assert job.last_error.startswith("interrupted: the worker shut down")
+    assert job.run_at > db_now()
+    assert (worker.stats.retried, worker.stats.released) == (1, 0)
+
+
+def test_stop__releases_prefetched_jobs_that_never_started():
+    q = store.queue("t.slow")
+    first = q.enqueue({"sleep_s": 0.5})
+    waiting = q.enqueue_many([{"sleep_s": 0}] * 3)
+    with running_worker(["t.slow"], concurrency=1, batch=4, grace_s=5) as worker:
+        wait_for_run(first)
+    assert store.get_job(first) is None  # finished within the grace period
+    for job_id in waiting:
+        job = store.get_job(job_id)
+        assert (job.state, job.attempts) == ("pending", 0)  # the attempt given back
+    assert (worker.stats.acked, worker.stats.released) == (1, 3)
 
 
 def test_stop__lets_a_short_job_finish_within_the_grace_period():

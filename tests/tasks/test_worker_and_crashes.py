@@ -19,7 +19,7 @@ from alkstore_django.models import DeadJob
 from alkstore_django.tasks import TaskLost
 from alkstore_django.testing import run_ready_tasks
 from alkstore_django.worker import Worker
-from tests.helpers import lapse_claim, wait_for
+from tests.helpers import lapse_claim, make_due, wait_for
 from tests.testapp import tasks
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
@@ -53,24 +53,66 @@ def test_worker__runs_tasks_and_writes_results_in_the_outcome_transaction():
     )
 
 
-def start_worker_and_kill_mid_task(subprocess_env, result, queue, marker):
+def start_worker_and_kill_mid_task(subprocess_env, result, queue, marker, *, whole_group=True):
+    """SIGKILL the worker mid-task: with its sentinel (which settles) or the whole group."""
     cmd = [
         sys.executable, "-m", "django", "runworker",
         "--settings", "tests.settings", "--queue", queue, "--concurrency", "1",
     ]  # fmt: skip
     proc = subprocess.Popen(
-        cmd, env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd,
+        env=subprocess_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     try:
         assert wait_for(marker.exists, timeout=30.0), "the worker never started the task"
         assert marker.read_text() == result.id
     finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
+        if whole_group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)  # returns once the sentinel, too, has finished
     assert proc.returncode == -signal.SIGKILL
 
 
-def test_sigkill_mid_task__retries_on__rerun_and_successful(subprocess_env, tmp_path):
+def test_sigkill_mid_task__the_sentinel_records_the_lost_attempt_at_once(subprocess_env, tmp_path):
+    marker = tmp_path / "started"
+    task = tasks.hang_first_attempt.using(backend="retry", queue_name="tasks-retry")
+    result = task.enqueue(str(marker))
+
+    start_worker_and_kill_mid_task(subprocess_env, result, "tasks-retry", marker, whole_group=False)
+    waiting = task.get_result(result.id)
+    assert waiting.status == TaskResultStatus.READY and waiting.attempts == 1
+    [lost] = waiting.errors
+    assert lost.exception_class is TaskLost and "died while running this job" in lost.traceback
+
+    make_due(int(result.id))  # the retry's backoff passes
+    assert run_ready_tasks(backend="retry") == 1
+    done = task.get_result(result.id)
+    assert (done.status, done.return_value) == (TaskResultStatus.SUCCESSFUL, {"recovered_on": 2})
+    assert len(done.errors) == 1
+
+
+def test_sigkill_mid_task__retries_off__the_sentinel_fails_it_at_once(subprocess_env, tmp_path):
+    marker = tmp_path / "started"
+    task = tasks.hang_first_attempt.using(queue_name="tasks-kill")
+    result = task.enqueue(str(marker))
+
+    start_worker_and_kill_mid_task(subprocess_env, result, "tasks-kill", marker, whole_group=False)
+    failed = task.get_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED and failed.finished_at is not None
+    assert "died while running this job" in DeadJob.objects.get(id=int(result.id)).last_error
+    [error] = failed.errors
+    assert error.exception_class is TaskLost
+
+
+def test_sigkill_of_the_whole_group_mid_task__retries_on__rerun_and_successful(
+    subprocess_env, tmp_path
+):
     marker = tmp_path / "started"
     task = tasks.hang_first_attempt.using(backend="retry", queue_name="tasks-retry")
     result = task.enqueue(str(marker))
@@ -92,7 +134,9 @@ def test_sigkill_mid_task__retries_on__rerun_and_successful(subprocess_env, tmp_
     assert killed_worker in lost.traceback and "claim lapsed" in lost.traceback
 
 
-def test_sigkill_mid_task__retries_off__failed_with_a_clear_error(subprocess_env, tmp_path):
+def test_sigkill_of_the_whole_group_mid_task__retries_off__failed_with_a_clear_error(
+    subprocess_env, tmp_path
+):
     marker = tmp_path / "started"
     task = tasks.hang_first_attempt.using(queue_name="tasks-kill")
     result = task.enqueue(str(marker))

@@ -55,6 +55,8 @@ def _options(job) -> dict:
 @handler("chaos.work")
 def chaos_work(job):
     record(job)
+    if _options(job).get("exit"):
+        os._exit(3)  # a poison job among ordinary ones on the same queue
     time.sleep(float(_options(job).get("work_ms", 0)) / 1000)
     return job.id
 

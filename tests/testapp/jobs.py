@@ -52,4 +52,5 @@ def exit_process(job):
     os._exit(3)
 
 
-from . import chaos_jobs  # noqa: E402, F401  (the chaos suite's handlers)
+# The chaos and hostile-handler suites' handlers.
+from . import chaos_jobs, hostile_jobs  # noqa: E402, F401

@@ -80,3 +80,13 @@ def hang_first_attempt(context: TaskContext, marker: str):
         Path(marker).write_text(context.task_result.id)
         time.sleep(120)
     return {"recovered_on": context.attempt}
+
+
+@task()
+def returns_nan():
+    return {"ratio": float("nan")}
+
+
+@task()
+def returns_nul():
+    return "bad \x00 byte"

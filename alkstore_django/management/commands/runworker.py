@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from alkstore_django.errors import AlkstoreError
 from alkstore_django.handlers import outbox_queue_name, registry
+from alkstore_django.sentinel import start_sentinel
 from alkstore_django.worker import Worker
 
 # Far above any useful thread count, low enough that a typo cannot start
@@ -81,9 +82,16 @@ class Command(BaseCommand):
                 burst=options["burst"],
                 grace_s=options["grace_s"],
             )
+            worker.build_queues()
+            start_sentinel(worker)
             worker.run(stop)
         except AlkstoreError as exc:
             raise CommandError(str(exc)) from exc
+        if worker.running_threads():
+            # A handler outlived the grace period and its attempt is recorded as
+            # interrupted: end it with the process, before anyone runs it again.
+            logging.shutdown()
+            os._exit(0)
 
     @staticmethod
     def _install_signals(stop: threading.Event) -> None:
