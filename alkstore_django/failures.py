@@ -77,6 +77,12 @@ def error_text(value: object) -> str:
         return f"<unprintable {type(value).__name__}>"
 
 
+def class_path(exc: BaseException) -> str:
+    """Return the import path of ``exc``'s class, as Django's Tasks errors name it."""
+    kind = type(exc)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
 def format_traceback(exc: BaseException) -> str:
     """Return ``exc``'s traceback as text, cleaned and capped; never raises."""
     try:

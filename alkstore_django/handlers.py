@@ -43,7 +43,8 @@ class HandlerRegistry:
     must write in the same transaction as the outcome (the Tasks backend's
     results) gives its callable two optional methods, which the worker calls
     inside that transaction and only when the outcome took effect:
-    ``on_acked(job, value)`` and ``on_failed(job, exc, error, exhausted)``.
+    ``on_acked(job, value, using)`` and ``on_failed(job, outcome, exhausted, using)``
+    (``job_runs.settle`` is the one caller).
     """
 
     def __init__(self) -> None:

@@ -30,6 +30,7 @@ from django.db import InterfaceError, OperationalError, close_old_connections, t
 from .errors import Fail
 from .failures import (
     MAX_LOGGED_ERROR_CHARS,
+    class_path,
     describe,
     format_traceback,
     loggable,
@@ -61,13 +62,27 @@ def tidy_connections(close: Callable[[], None]) -> None:
 
 @dataclass
 class Outcome:
-    """What a handler run decided: ``ack``, ``retry`` or ``fail``."""
+    """What a handler run decided: ``ack``, ``retry`` or ``fail``.
+
+    A failure carries its stored ``error``, the exception's class path and
+    traceback as text (which can cross to another process), and the exception
+    itself when it was raised in this one.
+    """
 
     kind: str
     value: Any = None
     error: str | None = None
     exc: BaseException | None = None
+    exc_class: str | None = None
+    traceback: str | None = None
     duration_ms: float = 0.0
+
+    @classmethod
+    def failed(cls, kind: str, error: str, exc: BaseException) -> Outcome:
+        """Return the ``retry`` or ``fail`` outcome of ``exc``, with its text kept."""
+        return cls(
+            kind, error=error, exc=exc, exc_class=class_path(exc), traceback=format_traceback(exc)
+        )
 
 
 async def _await(awaitable: Any) -> Any:
@@ -99,7 +114,7 @@ def run_handler(func: Callable[[Any], Any], arg: Any, job: Job) -> Outcome:
     except KeyboardInterrupt:
         raise
     except Fail as exc:
-        outcome = Outcome("fail", error=message_of(exc, "failed"), exc=exc)
+        outcome = Outcome.failed("fail", message_of(exc, "failed"), exc)
     except BaseException as exc:
         error = describe(exc)
         if len(error) < MAX_LOGGED_ERROR_CHARS:
@@ -119,7 +134,7 @@ def run_handler(func: Callable[[Any], Any], arg: Any, job: Job) -> Outcome:
                 job.attempts,
                 loggable(format_traceback(exc)),
             )
-        outcome = Outcome("retry", error=error, exc=exc)
+        outcome = Outcome.failed("retry", error, exc)
     outcome.duration_ms = (time.monotonic() - started) * 1000
     return outcome
 
@@ -189,5 +204,5 @@ def _apply(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> str:
             return "lost"
         hook = getattr(func, "on_failed", None)
         if hook is not None:
-            hook(job, outcome.exc, outcome.error, exhausted, using)
+            hook(job, outcome, exhausted, using)
         return "dead" if exhausted else "retried"

@@ -19,7 +19,7 @@ from django.tasks.signals import task_finished, task_started
 
 from .conf import app_settings
 from .errors import Fail, PayloadError
-from .failures import format_traceback
+from .job_runs import Outcome
 from .models import TaskResult as TaskResultRow
 from .models import TaskStatus
 from .records import Job
@@ -29,7 +29,6 @@ from .tasks import (
     AlkstoreBackend,
     TaskCall,
     build_result,
-    exception_class_path,
     json_value,
     lost_error,
     missing_errors,
@@ -135,24 +134,19 @@ class TaskRunner:
         self._settle(job, using, TaskStatus.SUCCESSFUL, value=value)
 
     def on_failed(
-        self,
-        job: Job,
-        exc: BaseException | None,
-        error: str | None,
-        exhausted: bool,
-        using: str | None = None,
+        self, job: Job, outcome: Outcome, exhausted: bool, using: str | None = None
     ) -> None:
         """Record the attempt's error; FAILED when no attempt is left."""
-        if exc is not None:
+        if outcome.exc_class is not None:
             entry = {
                 "attempt": job.attempts,
-                "exception_class_path": exception_class_path(exc),
-                "traceback": format_traceback(exc),
+                "exception_class_path": outcome.exc_class,
+                "traceback": outcome.traceback or outcome.error or "",
             }
         else:
-            entry = lost_error(job.attempts, job.worker_id or "unknown", error or "failed")
+            entry = lost_error(job.attempts, job.worker_id or "unknown", outcome.error or "failed")
         status = TaskStatus.FAILED if exhausted else TaskStatus.READY
-        self._settle(job, using, status, error=entry, exc=exc)
+        self._settle(job, using, status, error=entry, exc=outcome.exc)
 
     def _settle(
         self,

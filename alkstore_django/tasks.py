@@ -114,11 +114,6 @@ def json_value(value: Any, max_bytes: int) -> Any:
     return json.loads(encode_payload(normalize_json(value), max_bytes))
 
 
-def exception_class_path(exc: BaseException) -> str:
-    kind = type(exc)
-    return f"{kind.__module__}.{kind.__qualname__}"
-
-
 def lost_error(attempt: int, worker_id: str, why: str) -> dict[str, Any]:
     path = f"{TaskLost.__module__}.{TaskLost.__qualname__}"
     message = f"attempt {attempt} on worker {worker_id!r} ended without an outcome ({why})"

@@ -82,7 +82,7 @@ class AckHookRaises:
     def on_acked(self, job, value, using):
         raise RuntimeError("the result could not be written")
 
-    def on_failed(self, job, exc, error, exhausted, using):
+    def on_failed(self, job, outcome, exhausted, using):
         return None
 
 
