@@ -31,6 +31,8 @@ class Job:
     died_at: datetime | None = None
     # The claim this record was read under: it grows at every claim and never resets.
     generation: int = 0
+    # The run time limit of each attempt, in seconds; None means no limit.
+    timeout_s: float | None = None
 
 
 @dataclass(frozen=True)

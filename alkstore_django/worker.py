@@ -23,14 +23,16 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
+from .children import KILL_GRACE_S
 from .conf import app_settings
 from .errors import InvalidArgument
 from .failures import describe
 from .handlers import HandlerRegistry, registry
-from .job_runs import CONNECTION_ERRORS, Outcome, has_hooks, run_job, settle, tidy_connections
+from .job_runs import CONNECTION_ERRORS, Outcome, has_hooks, settle, tidy_connections
 from .notify import Watcher, open_watcher
+from .pools import POOLS, ProcessRunner, ThreadRunner
 from .queues import JobHandle, Queue
-from .slots import RETURNED, RUNNING, ClaimSlots
+from .slots import ClaimSlots
 from .store import Store, get_store
 from .tally import Tally, WorkerStats
 from .validation import validate_worker_id
@@ -48,6 +50,8 @@ ACK_LINGER_S = 0.02
 DEFAULT_PREFETCH = 8
 DB_RETRY_MAX_S = 5.0
 STOP_CHECK_S = 0.25
+# How often the thread pool looks for runs past their time limit.
+LIMIT_CHECK_S = 0.1
 INTERRUPTED = (
     "interrupted: the worker shut down while the handler was still running "
     "(it outlived the {grace_s:g} s grace period)"
@@ -62,6 +66,8 @@ class Held:
     handler: Any
     next_heartbeat_at: float
     slot: int
+    # When its handler started (monotonic); None while it waits for a slot.
+    started_at: float | None = None
 
 
 @dataclass
@@ -85,8 +91,17 @@ class Worker:
     attempt given back); running ones get ``grace_s`` to finish. A job still
     running after that is never handed back at the same attempt: its attempt
     is recorded as interrupted and it is retried with backoff, as the next
-    attempt. ``slots`` is where the held jobs are recorded for a sentinel
-    process (``sentinel.py``); the worker makes its own when none is given.
+    attempt. ``slots`` records what is held for the worker's sentinel
+    process (``sentinel.py``).
+
+    ``pool`` is where handlers run: ``threads`` (the default) or
+    ``processes`` (one child process per concurrency slot, replaced after
+    ``max_jobs_per_child`` jobs or past ``max_memory_per_child_mb``; see
+    ``pools.py``). A run past its job's ``timeout_s`` fails that attempt with
+    ``timed out after N s``: the process pool kills the child; a thread cannot
+    be killed, so the thread pool records the attempt, stops claiming and
+    returns after ``grace_s`` with ``timed_out`` set, for its supervisor to
+    restart the process.
     """
 
     def __init__(
@@ -102,8 +117,12 @@ class Worker:
         poll_interval_s: float | None = None,
         sweep_interval_s: float | None = None,
         handlers: HandlerRegistry | None = None,
-        slots: ClaimSlots | None = None,
+        pool: str = "threads",
+        max_jobs_per_child: int | None = None,
+        max_memory_per_child_mb: float | None = None,
     ) -> None:
+        if pool not in POOLS:
+            raise InvalidArgument(f"Invalid pool {pool!r}: expected one of {', '.join(POOLS)}.")
         self.store = store or get_store()
         self.handlers = handlers or registry
         names = list(queues) if queues else self.handlers.queues()
@@ -121,7 +140,13 @@ class Worker:
         self.poll_interval_s = poll_interval_s or app_settings.poll_interval_s
         self.sweep_interval_s = sweep_interval_s or app_settings.sweep_interval_s
         self.tally = Tally(self.store.using)
-        self.slots = slots or ClaimSlots(self.capacity)
+        self.slots = ClaimSlots(self.capacity)
+        self.pool = pool
+        self.max_jobs_per_child = max_jobs_per_child
+        self.max_memory_per_child_mb = max_memory_per_child_mb
+        self.timed_out = False
+        self._runners: list[ThreadRunner] = []
+        self._next_limit_check = 0.0
         self._queues: list[Queue] = []
         self._held: dict[int, Held] = {}
         self._work: queue_module.SimpleQueue[Held | None] = queue_module.SimpleQueue()
@@ -157,8 +182,19 @@ class Worker:
 
     def _start_threads(self) -> None:
         for index in range(self.concurrency):
+            runner = (
+                ProcessRunner(
+                    f"{self.worker_id}/{index}",
+                    self.slots,
+                    max_jobs=self.max_jobs_per_child,
+                    max_memory_mb=self.max_memory_per_child_mb,
+                )
+                if self.pool == "processes"
+                else ThreadRunner(self.slots)
+            )
+            self._runners.append(runner)
             thread = threading.Thread(
-                target=self._run_jobs, name=f"alkstore-job-{index}", daemon=True
+                target=self._run_jobs, args=(runner,), name=f"alkstore-job-{index}", daemon=True
             )
             thread.start()
             self._threads.append(thread)
@@ -185,6 +221,10 @@ class Worker:
                 self._wake.clear()
                 try:
                     self._settle()
+                    if self.pool == "threads" and time.monotonic() >= self._next_limit_check:
+                        self._expire_overdue_runs()
+                        if self.timed_out:
+                            break
                     if time.monotonic() >= self._next_beat:
                         self._heartbeat()
                     if time.monotonic() >= next_sweep:
@@ -269,16 +309,23 @@ class Worker:
 
     # --- handler threads ------------------------------------------------------------
 
-    def _run_jobs(self) -> None:
+    def _run_jobs(self, runner: ThreadRunner) -> None:
+        if isinstance(runner, ProcessRunner):
+            try:
+                runner.start()  # children boot in parallel, before the first job
+            except Exception:
+                logger.error("could not start a child process", exc_info=True)
         while True:
             held = self._work.get()
             if held is None:
+                runner.close()
                 tidy_connections(connections.close_all)
                 return
+            held.started_at = time.monotonic()
             try:
-                outcome = self._run(held)
+                outcome = runner.run(held.handle.job, held.handler, held.slot)
             except BaseException as exc:  # noqa: BLE001 - the thread must outlive anything
-                # run_job never raises; this is the last line, so a handler
+                # Runners never raise; this is the last line, so a handler
                 # thread can never die and strand its job under a live claim.
                 outcome = Outcome("retry", error=f"the handler could not be run: {describe(exc)}")
             self._done.put(Done(held, outcome))
@@ -286,14 +333,6 @@ class Worker:
             # when this thread is about to go idle; not once per job.
             if self._work.empty() or self._done.qsize() >= self._refill_at:
                 self._wake.set()
-
-    def _run(self, held: Held) -> Outcome:
-        self.slots.mark(held.slot, RUNNING)
-        outcome = run_job(held.handler, held.handle.job)
-        if outcome.kind == "ack" and not has_hooks(held.handler):
-            # Should the process die before the ack commits, its sentinel acks it.
-            self.slots.mark(held.slot, RETURNED)
-        return outcome
 
     def _watch(self) -> None:
         watcher: Watcher | None = None
@@ -370,10 +409,43 @@ class Worker:
                 handle.job, done.outcome, "acked" if handle.job.id in acked else "lost"
             )
 
-    def _forget(self, held: Held) -> None:
-        """Drop a held job whose outcome is durable (or whose claim is gone)."""
-        if self._held.pop(held.handle.job.id, None) is not None:
+    def _forget(self, held: Held, *, reuse_slot: bool = True) -> None:
+        """Drop a held job whose outcome is durable (or whose claim is gone).
+
+        The slot of a run abandoned in a stuck thread is not reused: that
+        thread may still mark it when (if) its handler returns.
+        """
+        if self._held.pop(held.handle.job.id, None) is not None and reuse_slot:
             self.slots.free(held.slot)
+
+    def _expire_overdue_runs(self) -> None:
+        """Thread pool: fail each run past its time limit; a stuck thread stops the worker.
+
+        Python cannot stop the thread, so the attempt is recorded (retried
+        with backoff, or dead-lettered), its claim is no longer renewed, and
+        the worker stops claiming and exits after its grace period for its
+        supervisor to restart it, as gunicorn does with a stuck worker.
+        """
+        now = time.monotonic()
+        self._next_limit_check = now + LIMIT_CHECK_S
+        for held in list(self._held.values()):
+            limit = held.handle.job.timeout_s
+            if limit is None or held.started_at is None or now - held.started_at < limit:
+                continue
+            outcome = Outcome("retry", error=f"timed out after {limit:g} s")
+            result = settle(held.handle, outcome, held.handler, self.store.using)
+            self._forget(held, reuse_slot=False)
+            self.tally.record(held.handle.job, outcome, result)
+            logger.error(
+                "handler timed out id=%s queue=%s after %gs: a thread cannot be stopped, so "
+                "this worker stops claiming and exits after its grace period (%gs); use "
+                "--pool processes for hard limits",
+                held.handle.job.id,
+                held.handle.job.queue,
+                limit,
+                self.grace_s,
+            )
+            self.timed_out = True
 
     # --- keeping claims alive -------------------------------------------------------------
 
@@ -467,12 +539,15 @@ class Worker:
         except DatabaseError:
             logger.warning("could not record outcome counts at shutdown", exc_info=True)
         self._halt.set()
+        for runner in self._runners:
+            runner.interrupt()  # children still running a job are stopped
         for _ in range(self.concurrency):
             self._work.put(None)
         # Handler threads still inside a job after the grace period are left
-        # behind (they are daemons); the watcher answers within a second.
+        # behind (they are daemons); process runners end once their child has.
+        job_wait_s = 0.1 if self.pool == "threads" else KILL_GRACE_S + 1
         for thread in self._threads:
-            thread.join(0.1 if thread.name.startswith("alkstore-job") else 2.0)
+            thread.join(job_wait_s if thread.name.startswith("alkstore-job") else 2.0)
         connections[self.store.using].close()
         logger.info(
             "worker stopped worker_id=%s acked=%d retried=%d dead=%d lost=%d released=%d",

@@ -52,5 +52,5 @@ def exit_process(job):
     os._exit(3)
 
 
-# The chaos and hostile-handler suites' handlers.
-from . import chaos_jobs, hostile_jobs  # noqa: E402, F401
+# The chaos, hostile-handler and process-pool suites' handlers.
+from . import chaos_jobs, hostile_jobs, pool_jobs  # noqa: E402, F401

@@ -13,12 +13,16 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from alkstore_django.errors import AlkstoreError
 from alkstore_django.handlers import outbox_queue_name, registry
+from alkstore_django.pools import POOLS
 from alkstore_django.sentinel import start_sentinel
 from alkstore_django.worker import Worker
 
 # Far above any useful thread count, low enough that a typo cannot start
 # a hundred thousand threads or hold a whole queue under one worker's claim.
 MAX_COUNT = 1024
+# A thread-pool worker whose handler passed its time limit exits with this
+# (EX_TEMPFAIL) once its grace period is over, for its supervisor to restart it.
+EXIT_TIMED_OUT = 75
 
 
 def positive_int(value: str) -> int:
@@ -30,6 +34,16 @@ def positive_int(value: str) -> int:
         raise CommandError(
             f"Invalid value {value!r}: expected a positive integer up to {MAX_COUNT}."
         )
+    return number
+
+
+def positive_int_any(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise CommandError(f"Invalid value {value!r}: expected a positive integer.")
     return number
 
 
@@ -56,6 +70,26 @@ class Command(BaseCommand):
         parser.add_argument("--worker-id", default=None, help="Defaults to host:pid:random.")
         parser.add_argument("--burst", action="store_true", help="Drain what is due, then exit.")
         parser.add_argument(
+            "--pool",
+            choices=POOLS,
+            default="threads",
+            help="Where handlers run: threads (default) or processes (one child per "
+            "--concurrency slot: hard time limits, crash isolation, memory recycling).",
+        )
+        parser.add_argument(
+            "--max-jobs-per-child",
+            type=positive_int_any,
+            default=None,
+            help="Process pool: replace a child after this many jobs.",
+        )
+        parser.add_argument(
+            "--max-memory-per-child",
+            type=positive_int_any,
+            default=None,
+            metavar="MB",
+            help="Process pool: replace a child once its resident memory passes this many MB.",
+        )
+        parser.add_argument(
             "--grace-s",
             type=non_negative_float,
             default=30.0,
@@ -81,17 +115,23 @@ class Command(BaseCommand):
                 worker_id=options["worker_id"],
                 burst=options["burst"],
                 grace_s=options["grace_s"],
+                pool=options["pool"],
+                max_jobs_per_child=options["max_jobs_per_child"],
+                max_memory_per_child_mb=options["max_memory_per_child"],
             )
             worker.build_queues()
             start_sentinel(worker)
             worker.run(stop)
         except AlkstoreError as exc:
             raise CommandError(str(exc)) from exc
-        if worker.running_threads():
-            # A handler outlived the grace period and its attempt is recorded as
-            # interrupted: end it with the process, before anyone runs it again.
+        if worker.timed_out or worker.running_threads():
+            # A handler outlived its time limit or the grace period and its attempt
+            # is recorded: end it with the process, before anyone runs it again. A
+            # stuck thread asks the supervisor for a fresh process (non-zero exit).
             logging.shutdown()
-            os._exit(0)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_TIMED_OUT if worker.timed_out else 0)
 
     @staticmethod
     def _install_signals(stop: threading.Event) -> None:

@@ -1,0 +1,280 @@
+"""The process pool: handlers run in child processes the worker supervises.
+
+Python cannot stop a thread, so a handler that hangs, leaks memory or crashes
+the interpreter takes a thread-pool worker with it. In the process pool each
+of the worker's handler slots drives one child process: the parent keeps the
+claims, heartbeats and acks (batched as in the thread pool) and sends the
+child one job at a time over a pipe; the child runs the handler and answers
+with the outcome. The parent can then
+
+- kill a child whose run passes its time limit (SIGTERM, then SIGKILL after
+  ``KILL_GRACE_S``), failing that attempt with ``timed out after N s``;
+- fail only the running job's attempt when its child dies (a segfault,
+  ``os._exit``, the OOM killer), and start a new child;
+- replace a child after ``max_jobs`` jobs or once its resident memory passes
+  ``max_memory_mb``.
+
+Children are spawned (``python -m alkstore_django.children``), never forked
+from the running worker: each sets Django up itself and opens connections of
+its own, so no connection, lock or thread is ever shared across a fork. They
+run in a session of their own, so a Ctrl-C in the terminal or a signal to the
+worker's process group reaches only the worker, which then stops them in
+order. Messages are JSON lines on two dedicated pipes (a handler printing to
+stdout cannot corrupt them). A child exits when the worker closes its pipe,
+or within ``ORPHAN_CHECK_S`` of the worker's death.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from typing import Any
+
+from .failures import describe
+from .job_runs import Outcome
+from .records import Job
+
+logger = logging.getLogger("alkstore_django.worker")
+
+FDS_ENV = "ALKSTORE_CHILD_FDS"
+START_TIMEOUT_S = 120.0
+KILL_GRACE_S = 2.0
+ORPHAN_CHECK_S = 0.2
+_DATETIME_FIELDS = frozenset(f.name for f in dataclasses.fields(Job) if "datetime" in str(f.type))
+
+
+def job_to_wire(job: Job) -> dict[str, Any]:
+    """Return ``job`` as a JSON-ready dict (datetimes as ISO 8601)."""
+    wire = dataclasses.asdict(job)
+    for name in _DATETIME_FIELDS:
+        if wire[name] is not None:
+            wire[name] = wire[name].isoformat()
+    return wire
+
+
+def job_from_wire(wire: dict[str, Any]) -> Job:
+    """Return the Job a ``job_to_wire`` dict describes."""
+    for name in _DATETIME_FIELDS:
+        if wire.get(name) is not None:
+            wire[name] = datetime.fromisoformat(wire[name])
+    return Job(**wire)
+
+
+def _encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message).encode() + b"\n"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def describe_exit(returncode: int | None) -> str:
+    """Return how a child ended, for an error an operator reads."""
+    if returncode is None:
+        return "did not exit"
+    if returncode < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-returncode).name}"
+        return f"was killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+class ChildGone(Exception):
+    """The child process ended (or never answered) while the worker waited for it."""
+
+
+class Child:
+    """One child process and the two pipes the worker speaks to it through."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.jobs = 0
+        self.rss_mb = 0.0
+        to_child_r, self._to_child = os.pipe()
+        self._from_child, from_child_w = os.pipe()
+        env = dict(os.environ)
+        env[FDS_ENV] = f"{to_child_r},{from_child_w}"
+        # The worker's own import path (manage.py puts the project on it).
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "alkstore_django.children"],
+                env=env,
+                pass_fds=(to_child_r, from_child_w),
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
+        self._buffer = b""
+        ready = self._receive(START_TIMEOUT_S)
+        if ready is None or not ready.get("ready"):
+            self.kill()
+            raise ChildGone(
+                f"child process {name} did not start: it {describe_exit(self.process.poll())}"
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def run(self, job: Job, timeout_s: float | None) -> Outcome:
+        """Run ``job`` in the child; return its outcome, a timeout, or the child's death.
+
+        After a timeout or a death the child is gone: the caller starts another.
+        """
+        started = time.monotonic()
+        try:
+            _write_all(self._to_child, _encode({"job": job_to_wire(job)}))
+        except OSError:
+            return self._died(started)
+        answer = self._receive(timeout_s)
+        if answer is None:
+            if timeout_s is not None and self.process.poll() is None:
+                self.kill()
+                error = f"timed out after {timeout_s:g} s"
+                return Outcome(
+                    "retry", error=error, duration_ms=(time.monotonic() - started) * 1000
+                )
+            return self._died(started)
+        self.jobs += 1
+        self.rss_mb = float(answer.pop("rss_mb", 0.0))
+        return Outcome(**answer)
+
+    def _died(self, started: float) -> Outcome:
+        returncode = self._reap()
+        error = f"the child process {describe_exit(returncode)} while running this job"
+        return Outcome("retry", error=error, duration_ms=(time.monotonic() - started) * 1000)
+
+    def _receive(self, timeout_s: float | None) -> dict[str, Any] | None:
+        """Return the next message, or None on timeout or end of file."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while b"\n" not in self._buffer:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            readable, _, _ = select.select([self._from_child], [], [], wait)
+            if not readable:
+                return None
+            chunk = os.read(self._from_child, 65_536)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def stop(self) -> None:
+        """Let the child finish: it exits when its pipe closes."""
+        self._close_pipes()
+        try:
+            self.process.wait(KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def terminate(self) -> None:
+        """Ask the child to stop now; safe from another thread (``run`` then sees it die)."""
+        with contextlib.suppress(ProcessLookupError):
+            self.process.terminate()
+
+    def kill(self) -> None:
+        """SIGTERM the child, then SIGKILL it after ``KILL_GRACE_S``."""
+        with contextlib.suppress(ProcessLookupError):
+            self.process.terminate()
+        try:
+            self.process.wait(KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+            self.process.wait()
+        self._close_pipes()
+
+    def _reap(self) -> int | None:
+        try:
+            return self.process.wait(KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self.process.returncode
+        finally:
+            self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        for fd in (self._to_child, self._from_child):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._to_child = self._from_child = -1
+
+
+# --- the child's side ----------------------------------------------------------------
+
+
+def _rss_mb() -> float:
+    """Return this process's resident memory now (its peak where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(ORPHAN_CHECK_S)
+    os._exit(1)
+
+
+def child_main() -> None:
+    """Serve the worker jobs until it closes the pipe: ``python -m alkstore_django.children``."""
+    import django
+
+    # The worker decides when a child stops; a terminal's Ctrl-C is the worker's.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
+    jobs_r, results_w = (int(fd) for fd in os.environ[FDS_ENV].split(","))
+    django.setup()
+    from .handlers import registry
+    from .job_runs import has_hooks, run_job
+
+    _write_all(results_w, _encode({"ready": True}))
+    with os.fdopen(jobs_r, "rb") as jobs:
+        for line in jobs:
+            job = job_from_wire(json.loads(line)["job"])
+            func = registry.get(job.queue)
+            if func is None:
+                outcome = Outcome("retry", error=f"no handler for queue {job.queue!r} in the child")
+            else:
+                outcome = run_job(func, job)
+            answer = {
+                "kind": outcome.kind,
+                # Only a result hook (the Tasks runner's) reads the value; it is JSON there.
+                "value": outcome.value if has_hooks(func) else None,
+                "error": outcome.error,
+                "exc_class": outcome.exc_class,
+                "traceback": outcome.traceback,
+                "duration_ms": outcome.duration_ms,
+                "rss_mb": _rss_mb(),
+            }
+            try:
+                message = _encode(answer)
+            except (TypeError, ValueError) as exc:
+                answer["kind"], answer["value"] = "retry", None
+                answer["error"] = f"the result could not be sent to the worker: {describe(exc)}"
+                message = _encode(answer)
+            _write_all(results_w, message)
+
+
+if __name__ == "__main__":
+    child_main()

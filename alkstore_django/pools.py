@@ -1,0 +1,127 @@
+"""Where a worker's handler slots run their jobs: in the slot's thread, or in its child process.
+
+The worker keeps one thread per ``--concurrency`` slot either way; a runner
+is what that thread does with a job. ``ThreadRunner`` calls the handler right
+there. ``ProcessRunner`` hands the job to the slot's child process
+(``children.py``) and waits, which lets it enforce a hard time limit, survive
+the child's death and recycle leaking children. Both mark the job's slot
+(``slots.py``) so that the worker's sentinel knows what was running.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from .children import Child, ChildGone
+from .failures import describe
+from .job_runs import Outcome, has_hooks, run_job
+from .records import Job
+from .slots import RETURNED, RUNNING, ClaimSlots
+
+logger = logging.getLogger("alkstore_django.worker")
+
+POOLS = ("threads", "processes")
+
+
+class ThreadRunner:
+    """Run handlers in the calling thread. A run cannot be stopped: Python cannot kill a thread."""
+
+    def __init__(self, slots: ClaimSlots) -> None:
+        self.slots = slots
+
+    def run(self, job: Job, func: Any, slot: int) -> Outcome:
+        self.slots.mark(slot, RUNNING)
+        outcome = run_job(func, job)
+        if outcome.kind == "ack" and not has_hooks(func):
+            # Should the process die before the ack commits, its sentinel acks it.
+            self.slots.mark(slot, RETURNED)
+        return outcome
+
+    def interrupt(self) -> None:
+        """Nothing can end a running thread; the process's exit will."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class ProcessRunner(ThreadRunner):
+    """Run handlers in one child process, replaced when it dies, hangs or grows too big."""
+
+    def __init__(
+        self,
+        name: str,
+        slots: ClaimSlots,
+        *,
+        max_jobs: int | None = None,
+        max_memory_mb: float | None = None,
+    ) -> None:
+        super().__init__(slots)
+        self.name = name
+        self.max_jobs = max_jobs
+        self.max_memory_mb = max_memory_mb
+        self._child: Child | None = None
+        self._busy = threading.Event()
+
+    def start(self) -> None:
+        """Start the child now, so the first job does not wait for Django to boot."""
+        if self._child is None:
+            self._child = Child(self.name)
+            logger.info("child started name=%s pid=%d", self.name, self._child.pid)
+
+    def run(self, job: Job, func: Any, slot: int) -> Outcome:
+        try:
+            self.start()
+        except (ChildGone, OSError) as exc:
+            logger.error("could not start a child process name=%s", self.name, exc_info=True)
+            return Outcome(
+                "retry", error=f"the worker could not start a child process: {describe(exc)}"
+            )
+        child = self._child
+        assert child is not None
+        self.slots.mark(slot, RUNNING)
+        self._busy.set()
+        try:
+            outcome = child.run(job, job.timeout_s)
+        finally:
+            self._busy.clear()
+        if child.process.poll() is not None:
+            # Killed for its time limit, or dead: the next job gets a new child.
+            logger.warning(
+                "child replaced name=%s pid=%d job=%s error=%s",
+                self.name,
+                child.pid,
+                job.id,
+                outcome.error,
+            )
+            self._child = None
+        elif outcome.kind == "ack" and not has_hooks(func):
+            self.slots.mark(slot, RETURNED)
+        self._recycle_if_due()
+        return outcome
+
+    def _recycle_if_due(self) -> None:
+        child = self._child
+        if child is None:
+            return
+        reason = None
+        if self.max_jobs is not None and child.jobs >= self.max_jobs:
+            reason = f"jobs={child.jobs}"
+        elif self.max_memory_mb is not None and child.rss_mb > self.max_memory_mb:
+            reason = f"rss_mb={child.rss_mb:.0f}"
+        if reason is not None:
+            logger.info("child recycled name=%s pid=%d %s", self.name, child.pid, reason)
+            child.stop()
+            self._child = None
+
+    def interrupt(self) -> None:
+        """Kill the child if it is running a job (from another thread, at shutdown)."""
+        child = self._child
+        if child is not None and self._busy.is_set():
+            child.terminate()  # run() sees it die, and SIGKILLs it after the grace
+
+    def close(self) -> None:
+        if self._child is not None:
+            self._child.stop()
+            self._child = None

@@ -1,0 +1,119 @@
+"""``runworker --pool processes``: handlers in child processes the worker supervises.
+
+Real subprocesses on the test database: a child that segfaults fails only its
+own job, a leaking child is recycled, SIGTERM stops a long job without a
+second run. Each test also runs in the thread pool where the behaviour is
+shared, so the two pools are pinned side by side.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from alkstore_django import store
+from alkstore_django.models import DeadJob, Job
+from tests.helpers import wait_for
+from tests.testapp.models import Run
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+
+def runworker(env, *args, wait=True, timeout=90):
+    cmd = [sys.executable, "-m", "django", "runworker", "--settings", "tests.settings", *args]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    if not wait:
+        return proc
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+def pids_of(ids):
+    return {w for w in Run.objects.filter(job_id__in=ids).values_list("worker_id", flat=True)}
+
+
+def assert_acked_once(ids):
+    assert not Job.objects.filter(id__in=ids).exists()
+    runs = sorted(Run.objects.filter(job_id__in=ids).values_list("job_id", "attempt"))
+    assert runs == [(job_id, 1) for job_id in sorted(ids)]
+
+
+def test_processes__run_handlers_outside_the_worker_process(subprocess_env):
+    ids = store.queue("p.work").enqueue_many([{}] * 40)
+    proc = runworker(
+        subprocess_env, "--queue", "p.work", "--pool", "processes", "--concurrency", "2",
+        "--burst", wait=False,
+    )  # fmt: skip
+    out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 0, out
+    assert_acked_once(ids)
+    pids = pids_of(ids)
+    assert f"pid:{proc.pid}" not in pids
+    assert 1 <= len(pids) <= 2
+
+
+def test_processes__a_child_that_segfaults_fails_only_its_own_job(subprocess_env):
+    q = store.queue("p.work", max_attempts=1)
+    before = q.enqueue_many([{}] * 10)
+    crasher = q.enqueue({"segfault": True})
+    after = q.enqueue_many([{}] * 10)
+    code, out = runworker(
+        subprocess_env, "--queue", "p.work", "--pool", "processes", "--concurrency", "2", "--burst"
+    )
+    assert code == 0, out
+    assert_acked_once(before + after)
+    dead = DeadJob.objects.get(id=crasher)
+    assert dead.last_error == "the child process was killed by SIGSEGV while running this job"
+    assert Run.objects.filter(job_id=crasher).count() == 1
+
+
+def test_processes__a_leaking_child_is_recycled_and_nothing_is_lost(subprocess_env):
+    ids = store.queue("p.work").enqueue_many([{"leak_mb": 50}] * 8)
+    code, out = runworker(
+        subprocess_env, "--queue", "p.work", "--pool", "processes", "--concurrency", "1",
+        "--max-memory-per-child", "150", "--burst",
+    )  # fmt: skip
+    assert code == 0, out
+    assert_acked_once(ids)
+    assert out.count("child recycled") >= 2, out
+    assert len(pids_of(ids)) >= 3  # each child ran at most three 50 MB jobs
+
+
+def test_processes__max_jobs_per_child_replaces_children(subprocess_env):
+    ids = store.queue("p.work").enqueue_many([{}] * 12)
+    code, out = runworker(
+        subprocess_env, "--queue", "p.work", "--pool", "processes", "--concurrency", "1",
+        "--max-jobs-per-child", "5", "--burst",
+    )  # fmt: skip
+    assert code == 0, out
+    assert_acked_once(ids)
+    assert len(pids_of(ids)) == 3  # 5 + 5 + 2
+
+
+@pytest.mark.parametrize("pool", ["threads", "processes"])
+def test_sigterm_during_a_long_job__exits_0_and_never_runs_it_twice(subprocess_env, pool):
+    job_id = store.queue("p.work", retry_base_s=0).enqueue({"sleep_s": 30})
+    proc = runworker(
+        subprocess_env, "--queue", "p.work", "--pool", pool, "--grace-s", "0.5", wait=False
+    )
+    assert wait_for(lambda: Run.objects.filter(job_id=job_id).exists(), timeout=60)
+    [pid] = pids_of([job_id])
+    proc.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert time.monotonic() - started < 8
+    job = store.get_job(job_id)
+    assert (job.state, job.attempts) == ("pending", 1)
+    assert job.last_error.startswith("interrupted: the worker shut down")
+    # The process that ran the handler is gone: the job cannot be running twice.
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid.removeprefix("pid:")), 0)
+    assert Run.objects.filter(job_id=job_id).count() == 1
