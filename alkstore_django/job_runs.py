@@ -36,6 +36,7 @@ from .failures import (
     loggable,
     message_of,
 )
+from .signals import job_finished, job_started, send_robust
 
 if TYPE_CHECKING:
     from .queues import JobHandle
@@ -142,6 +143,7 @@ def run_handler(func: Callable[[Any], Any], arg: Any, job: Job) -> Outcome:
 def run_job(func: Callable[[Any], Any], job: Job) -> Outcome:
     """Run a worker handler as a request would run a view: fresh connections around it."""
     tidy_connections(close_old_connections)
+    send_robust(job_started, job.queue, job=job)
     try:
         return run_handler(func, job, job)
     finally:
@@ -163,7 +165,7 @@ def settle(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> str:
     attempt whose error says why its outcome could not be recorded.
     """
     try:
-        return _apply(handle, outcome, func, using)
+        result = _apply(handle, outcome, func, using)
     except CONNECTION_ERRORS:
         raise
     except Exception as exc:
@@ -176,14 +178,21 @@ def settle(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> str:
             exc_info=True,
         )
         error = f"the {outcome.kind} outcome could not be recorded: {describe(exc)}"
-        fallback = Outcome("fail" if outcome.kind == "fail" else "retry", error=error)
+        outcome = Outcome("fail" if outcome.kind == "fail" else "retry", error=error)
         try:
-            return _apply(handle, fallback, None, using)
+            result = _apply(handle, outcome, None, using)
         except CONNECTION_ERRORS:
             raise
         except Exception:
             logger.error("could not record the failure either id=%s", job.id, exc_info=True)
-            return "lost"
+            result = "lost"
+    finished(handle.job, outcome, result)
+    return result
+
+
+def finished(job: Job, outcome: Outcome, result: str) -> None:
+    """Announce a durable outcome (``job_finished``); the one place it is sent from."""
+    send_robust(job_finished, job.queue, job=job, outcome=outcome, result=result)
 
 
 def _apply(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> str:

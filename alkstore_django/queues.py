@@ -14,6 +14,7 @@ from .conf import QueueOptions, app_settings
 from .errors import InvalidArgument
 from .failures import error_text
 from .records import EnqueueStamps, Job, QueueStats, SweepResult
+from .signals import job_enqueued
 from .timing import backoff_s
 from .validation import (
     encode_payload,
@@ -83,7 +84,10 @@ class Queue:
         self.store.check_open()
         encoded = encode_payload(payload, app_settings.max_payload_bytes)
         stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts)
-        return self.store.dialect.enqueue(stamps, (encoded,))[0]
+        ids = self.store.dialect.enqueue(stamps, (encoded,))
+        if job_enqueued.receivers:
+            job_enqueued.send(self.name, job_ids=ids)
+        return ids[0]
 
     def enqueue_many(
         self,
@@ -108,13 +112,18 @@ class Queue:
         encoded = [encode_payload(payload, limit) for payload in payloads]
         stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts)
         dialect = self.store.dialect
+        if not encoded:
+            return []
         if len(encoded) <= MAX_BATCH:
-            return dialect.enqueue(stamps, encoded) if encoded else []
-        # Past MAX_BATCH it takes several statements: all of them or none.
-        ids: list[int] = []
-        with transaction.atomic(using=self.store.using):
-            for start in range(0, len(encoded), MAX_BATCH):
-                ids += dialect.enqueue(stamps, encoded[start : start + MAX_BATCH])
+            ids = dialect.enqueue(stamps, encoded)
+        else:
+            # Past MAX_BATCH it takes several statements: all of them or none.
+            ids = []
+            with transaction.atomic(using=self.store.using):
+                for start in range(0, len(encoded), MAX_BATCH):
+                    ids += dialect.enqueue(stamps, encoded[start : start + MAX_BATCH])
+        if job_enqueued.receivers:
+            job_enqueued.send(self.name, job_ids=ids)
         return ids
 
     def _stamps(

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
-from .job_runs import Outcome, settle
+from .job_runs import Outcome, finished, settle
 from .models import Job
 from .queues import JobHandle
 from .slots import CLAIMED, RETURNED
@@ -121,6 +121,7 @@ def settle_held(worker: Worker) -> dict[str, int]:
             result = "released" if handle.release() else "lost"
         elif state == RETURNED:
             result = "acked" if handle.ack() else "lost"
+            finished(handle.job, Outcome("ack"), result)
         else:
             result = settle(handle, died, worker.handlers.get(row.queue), worker.store.using)
         counts[result] = counts.get(result, 0) + 1

@@ -23,6 +23,7 @@ from .job_runs import Outcome
 from .models import TaskResult as TaskResultRow
 from .models import TaskStatus
 from .records import Job
+from .signals import send_robust
 from .store import get_store
 from .tasks import (
     PRUNE_INTERVAL_S,
@@ -70,7 +71,7 @@ class TaskRunner:
         task = rebuild_task(call, job)
         row = self._record_start(job, call, using or app_settings.database)
         result = build_result(task, job.id, call, row=row, running=True)
-        _send_robust(task_started, type(backend), result)
+        send_robust(task_started, type(backend), task_result=result)
         if task.takes_context:
             raw = task.call(TaskContext(task_result=result), *call.args, **call.kwargs)
         else:
@@ -221,21 +222,12 @@ def _backend(call: TaskCall, job: Job) -> Any:
 def _send_finished(sender: type, result: TaskResult, exc: BaseException | None) -> None:
     """Send ``task_finished``; a failure is sent inside its ``except`` so receivers see exc_info."""
     if exc is None:
-        _send_robust(task_finished, sender, result)
+        send_robust(task_finished, sender, task_result=result)
         return
     try:
         raise exc
     except BaseException:  # noqa: BLE001 - re-raised only to set exc_info for the receivers
-        _send_robust(task_finished, sender, result)
-
-
-def _send_robust(signal: Any, sender: type, result: TaskResult) -> None:
-    # A receiver's error must not undo the outcome's transaction (or stop the worker).
-    for receiver, response in signal.send_robust(sender, task_result=result):
-        if isinstance(response, Exception):
-            logger.error(
-                "task signal receiver %r raised id=%s", receiver, result.id, exc_info=response
-            )
+        send_robust(task_finished, sender, task_result=result)
 
 
 task_runner = TaskRunner()

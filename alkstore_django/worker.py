@@ -28,7 +28,14 @@ from .conf import app_settings
 from .errors import InvalidArgument
 from .failures import describe
 from .handlers import HandlerRegistry, registry
-from .job_runs import CONNECTION_ERRORS, Outcome, has_hooks, settle, tidy_connections
+from .job_runs import (
+    CONNECTION_ERRORS,
+    Outcome,
+    finished,
+    has_hooks,
+    settle,
+    tidy_connections,
+)
 from .notify import Watcher, open_watcher
 from .pools import POOLS, ProcessRunner, ThreadRunner
 from .queues import JobHandle, Queue
@@ -405,9 +412,9 @@ class Worker:
             handle = done.held.handle
             handle.mark_spent()
             self._forget(done.held)
-            self.tally.record(
-                handle.job, done.outcome, "acked" if handle.job.id in acked else "lost"
-            )
+            result = "acked" if handle.job.id in acked else "lost"
+            self.tally.record(handle.job, done.outcome, result)
+            finished(handle.job, done.outcome, result)
 
     def _forget(self, held: Held, *, reuse_slot: bool = True) -> None:
         """Drop a held job whose outcome is durable (or whose claim is gone).
