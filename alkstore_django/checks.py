@@ -118,7 +118,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                     "alkstore.E003",
                 )
             )
-    for key, id_ in (("POLL_INTERVAL_S", "alkstore.E004"), ("SWEEP_INTERVAL_S", "alkstore.E004")):
+    for key, id_ in (
+        ("POLL_INTERVAL_S", "alkstore.E004"),
+        ("SWEEP_INTERVAL_S", "alkstore.E004"),
+        ("WORKER_TTL_S", "alkstore.E004"),
+    ):
         if key in raw and not _positive_number(raw[key]):
             errors.append(
                 _error(

@@ -14,7 +14,7 @@ with the outcome. The parent can then
 - replace a child after ``max_jobs`` jobs or once its resident memory passes
   ``max_memory_mb``.
 
-Children are spawned (``python -m alkstore_django.children``), never forked
+Children are spawned (``python -m alkstore_django.child``), never forked
 from the running worker: each sets Django up itself and opens connections of
 its own, so no connection, lock or thread is ever shared across a fork. They
 run in a session of their own, so a Ctrl-C in the terminal or a signal to the
@@ -110,7 +110,7 @@ class Child:
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "alkstore_django.children"],
+                [sys.executable, "-m", "alkstore_django.child"],
                 env=env,
                 pass_fds=(to_child_r, from_child_w),
                 stdin=subprocess.DEVNULL,
@@ -236,15 +236,12 @@ def _exit_when_orphaned(parent: int) -> None:
 
 
 def child_main() -> None:
-    """Serve the worker jobs until it closes the pipe: ``python -m alkstore_django.children``."""
-    import django
-
+    """Serve the worker jobs until it closes the pipe (Django is set up by ``child.py``)."""
     # The worker decides when a child stops; a terminal's Ctrl-C is the worker's.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
     threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
     jobs_r, results_w = (int(fd) for fd in os.environ[FDS_ENV].split(","))
-    django.setup()
     from .handlers import registry
     from .job_runs import has_hooks, run_job
 
@@ -274,7 +271,3 @@ def child_main() -> None:
                 answer["error"] = f"the result could not be sent to the worker: {describe(exc)}"
                 message = _encode(answer)
             _write_all(results_w, message)
-
-
-if __name__ == "__main__":
-    child_main()

@@ -15,6 +15,8 @@ DEFAULT_DATABASE = "default"
 DEFAULT_POLL_INTERVAL_S = 5.0
 DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
 DEFAULT_SWEEP_INTERVAL_S = 60.0
+# A worker announces itself every third of this; silent longer, it is gone.
+DEFAULT_WORKER_TTL_S = 30.0
 # The SQLite file watch: how often a worker asks PRAGMA data_version.
 DEFAULT_SQLITE_WATCH_INTERVAL_S = 0.005
 
@@ -46,6 +48,7 @@ SETTING_KEYS = frozenset(
         "MAX_PAYLOAD_BYTES",
         "SWEEP_INTERVAL_S",
         "SCHEDULES",
+        "WORKER_TTL_S",
     }
 )
 
@@ -82,6 +85,10 @@ class AlkstoreSettings:
     @property
     def sweep_interval_s(self) -> float:
         return float(self.raw.get("SWEEP_INTERVAL_S", DEFAULT_SWEEP_INTERVAL_S))
+
+    @property
+    def worker_ttl_s(self) -> float:
+        return float(self.raw.get("WORKER_TTL_S", DEFAULT_WORKER_TTL_S))
 
     @property
     def schedules(self) -> dict[str, dict[str, Any]]:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import async_to_sync
 from django.db import InterfaceError, OperationalError, close_old_connections, transaction
 
+from .attempts import record_attempt
 from .errors import Fail
 from .failures import (
     MAX_LOGGED_ERROR_CHARS,
@@ -211,6 +212,7 @@ def _apply(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> str:
         )
         if not applied:
             return "lost"
+        record_attempt(using, job, outcome.error or "failed", outcome.exc_class, outcome.traceback)
         hook = getattr(func, "on_failed", None)
         if hook is not None:
             hook(job, outcome, exhausted, using)

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Now
 
 from . import records
 
@@ -250,6 +251,60 @@ class OutcomeMinute(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue} at {self.minute:%H:%M}"
+
+
+class Attempt(models.Model):
+    """One failed attempt of a job: the error history a dead letter is read with.
+
+    Written in the transaction that records the failure, so it exists exactly
+    when the failure does. Rows of jobs that are gone (acked, or dead letters
+    purged) are deleted by the workers' sweep.
+    """
+
+    job_id = models.BigIntegerField()
+    attempt = models.PositiveIntegerField()
+    error = models.TextField()
+    exception_class = models.CharField(max_length=500, blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    worker_id = models.CharField(max_length=NAME_MAX_LENGTH, blank=True, default="")
+    failed_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["job_id", "attempt"], name="alk_attempt_job"),
+            models.Index(fields=["failed_at"], name="alk_attempt_failed"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt}"
+
+
+class LiveWorker(models.Model):
+    """A running worker, as it last announced itself; gone once it stops announcing.
+
+    Each worker writes its row every few seconds (``presence.py``) and deletes
+    it when it stops; a row not refreshed within ``WORKER_TTL_S`` belongs to a
+    worker that died, and is no longer listed.
+    """
+
+    worker_id = models.CharField(max_length=NAME_MAX_LENGTH, unique=True)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=list)
+    pool = models.CharField(max_length=16)
+    concurrency = models.PositiveIntegerField()
+    acked = models.PositiveBigIntegerField(default=0)
+    retried = models.PositiveBigIntegerField(default=0)
+    dead = models.PositiveBigIntegerField(default=0)
+    started_at = models.DateTimeField(db_default=Now())
+    last_seen_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        verbose_name = "live worker"
+        indexes = [models.Index(fields=["last_seen_at"], name="alk_worker_seen")]
+
+    def __str__(self) -> str:
+        return self.worker_id
 
 
 class TaskStatus(models.TextChoices):

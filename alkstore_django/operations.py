@@ -16,6 +16,7 @@ from django.db import transaction
 
 from .conf import app_settings
 from .errors import InvalidArgument
+from .presence import live_workers
 from .records import QueueStats
 from .timing import UNIT_SECONDS
 from .validation import validate_duration, validate_int, validate_name
@@ -228,7 +229,8 @@ def queue_overview(*, using: str | None = None) -> list[QueueStats]:
     Queues with rows, queues named in ``ALKSTORE["QUEUES"]`` and queues with a
     registered handler are listed. ``pending`` counts ready jobs; ``scheduled``
     those due later; ``overdue`` processing jobs whose claim deadline passed;
-    ``oldest_pending_age_s`` is the wait of the oldest ready job.
+    ``oldest_pending_age_s`` is the wait of the oldest ready job; ``consumers``
+    the live workers running the queue (``unconsumed`` flags jobs nobody runs).
     """
     from .dialects.maintenance import maintenance_for
     from .handlers import registry
@@ -236,6 +238,10 @@ def queue_overview(*, using: str | None = None) -> list[QueueStats]:
     sql = maintenance_for(_alias(using))
     now = sql.dialect.database_now()
     counts = sql.overview(now)
+    consumers: dict[str, int] = {}
+    for worker in live_workers(_alias(using)):
+        for name in worker.queues:
+            consumers[name] = consumers.get(name, 0) + 1
     names = set(counts) | set(app_settings.queues) | set(registry.queues())
     result = []
     for name in sorted(names):
@@ -252,6 +258,7 @@ def queue_overview(*, using: str | None = None) -> list[QueueStats]:
                     max((now - oldest).total_seconds(), 0.0) if oldest is not None else None
                 ),
                 overdue=row.get("overdue", 0),
+                consumers=consumers.get(name, 0),
             )
         )
     return result

@@ -25,6 +25,10 @@ logger = logging.getLogger("alkstore_django.worker")
 POOLS = ("threads", "processes")
 
 
+class PoolBroken(Exception):
+    """A handler slot cannot run jobs at all (its child process does not start)."""
+
+
 class ThreadRunner:
     """Run handlers in the calling thread. A run cannot be stopped: Python cannot kill a thread."""
 
@@ -74,10 +78,8 @@ class ProcessRunner(ThreadRunner):
         try:
             self.start()
         except (ChildGone, OSError) as exc:
-            logger.error("could not start a child process name=%s", self.name, exc_info=True)
-            return Outcome(
-                "retry", error=f"the worker could not start a child process: {describe(exc)}"
-            )
+            # Not the job's failure: it never started. The worker gives it back and stops.
+            raise PoolBroken(f"could not start a child process: {describe(exc)}") from exc
         child = self._child
         assert child is not None
         self.slots.mark(slot, RUNNING)

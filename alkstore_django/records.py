@@ -54,6 +54,13 @@ class QueueStats:
     dead: int
     oldest_pending_age_s: float | None
     overdue: int = 0
+    # Live workers consuming the queue (seen within WORKER_TTL_S).
+    consumers: int = 0
+
+    @property
+    def unconsumed(self) -> bool:
+        """True when jobs wait and no live worker consumes the queue."""
+        return (self.pending > 0 or self.scheduled > 0) and self.consumers == 0
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
+from . import presence
 from .job_runs import Outcome, finished, settle
 from .models import Job
 from .queues import JobHandle
@@ -72,6 +73,7 @@ def start_sentinel(worker: Worker) -> int | None:
             signal.signal(signum, signal.SIG_IGN)
         _wait_for_exit(parent)
         settle_held(worker)
+        presence.leave(worker.store.using, worker.worker_id)
     except BaseException:
         logger.exception("sentinel of worker %s failed", worker.worker_id)
         code = 1

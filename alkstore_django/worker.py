@@ -9,6 +9,7 @@ request would, so user code sees the site's usual connection policy.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue as queue_module
@@ -23,6 +24,8 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
+from . import presence
+from .attempts import purge_orphaned_attempts
 from .children import KILL_GRACE_S
 from .conf import app_settings
 from .errors import InvalidArgument
@@ -37,7 +40,7 @@ from .job_runs import (
     tidy_connections,
 )
 from .notify import Watcher, open_watcher
-from .pools import POOLS, ProcessRunner, ThreadRunner
+from .pools import POOLS, PoolBroken, ProcessRunner, ThreadRunner
 from .queues import JobHandle, Queue
 from .slots import ClaimSlots
 from .store import Store, get_store
@@ -152,8 +155,11 @@ class Worker:
         self.max_jobs_per_child = max_jobs_per_child
         self.max_memory_per_child_mb = max_memory_per_child_mb
         self.timed_out = False
+        # Why the worker stopped on its own (a pool that cannot run jobs), if it did.
+        self.broken: str | None = None
         self._runners: list[ThreadRunner] = []
         self._next_limit_check = 0.0
+        self._next_announce = 0.0
         self._queues: list[Queue] = []
         self._held: dict[int, Held] = {}
         self._work: queue_module.SimpleQueue[Held | None] = queue_module.SimpleQueue()
@@ -228,12 +234,16 @@ class Worker:
                 self._wake.clear()
                 try:
                     self._settle()
+                    if self.broken:
+                        break
                     if self.pool == "threads" and time.monotonic() >= self._next_limit_check:
                         self._expire_overdue_runs()
                         if self.timed_out:
                             break
                     if time.monotonic() >= self._next_beat:
                         self._heartbeat()
+                    if time.monotonic() >= self._next_announce:
+                        self._announce()
                     if time.monotonic() >= next_sweep:
                         self._sweep()
                         next_sweep = time.monotonic() + self.sweep_interval_s
@@ -318,10 +328,10 @@ class Worker:
 
     def _run_jobs(self, runner: ThreadRunner) -> None:
         if isinstance(runner, ProcessRunner):
-            try:
-                runner.start()  # children boot in parallel, before the first job
-            except Exception:
-                logger.error("could not start a child process", exc_info=True)
+            # Children boot in parallel, before the first job; one that cannot
+            # start is reported with the first job it is given.
+            with contextlib.suppress(Exception):
+                runner.start()
         while True:
             held = self._work.get()
             if held is None:
@@ -331,6 +341,10 @@ class Worker:
             held.started_at = time.monotonic()
             try:
                 outcome = runner.run(held.handle.job, held.handler, held.slot)
+            except PoolBroken as exc:
+                logger.error("worker cannot run jobs, stopping: %s", exc)
+                self.broken = str(exc)
+                outcome = Outcome("release")
             except BaseException as exc:  # noqa: BLE001 - the thread must outlive anything
                 # Runners never raise; this is the last line, so a handler
                 # thread can never die and strand its job under a live claim.
@@ -381,6 +395,8 @@ class Worker:
                 if not self._acks:
                     self._acks_since = time.monotonic()
                 self._acks.append(done)
+            elif done.outcome.kind == "release":
+                self._release(done.held)
             else:
                 result = settle(done.held.handle, done.outcome, done.held.handler, self.store.using)
                 self._forget(done.held)
@@ -478,6 +494,19 @@ class Worker:
                 held.next_heartbeat_at = float("inf")
             self._next_beat = min(self._next_beat, held.next_heartbeat_at)
 
+    def _announce(self) -> None:
+        """Tell the live-worker list this worker is alive, with its counts so far."""
+        self._next_announce = time.monotonic() + app_settings.worker_ttl_s / 3
+        stats = self.stats
+        presence.announce(
+            self.store.using,
+            self.worker_id,
+            queues=self.queue_names,
+            pool=self.pool,
+            concurrency=self.concurrency,
+            counts=(stats.acked, stats.retried, stats.dead),
+        )
+
     def _sweep(self) -> None:
         for q in self._queues:
             result = q.sweep_expired()
@@ -489,6 +518,8 @@ class Worker:
         buried = self.store.dialect.bury_exhausted_lapsed()
         if buried:
             logger.warning("buried exhausted lapsed claims count=%d (any queue)", buried)
+        purge_orphaned_attempts(self.store.using)
+        presence.purge_gone(self.store.using)
 
     def _database_error(self, exc: DatabaseError) -> None:
         """Back off and reconnect; only a connection-level error is an outage."""
@@ -543,6 +574,7 @@ class Worker:
             )
         try:
             self.tally.flush()
+            presence.leave(self.store.using, self.worker_id)
         except DatabaseError:
             logger.warning("could not record outcome counts at shutdown", exc_info=True)
         self._halt.set()

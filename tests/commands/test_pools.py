@@ -117,3 +117,23 @@ def test_sigterm_during_a_long_job__exits_0_and_never_runs_it_twice(subprocess_e
     with pytest.raises(ProcessLookupError):
         os.kill(int(pid.removeprefix("pid:")), 0)
     assert Run.objects.filter(job_id=job_id).count() == 1
+
+
+def test_processes__a_child_that_cannot_start_stops_the_worker_and_charges_nothing(
+    subprocess_env,
+):
+    ids = store.queue("p.work").enqueue_many([{}] * 5)
+    cmd = [sys.executable, "-m", "django", "runworker", "--settings", "tests.settings_broken_child"]
+    proc = subprocess.run(
+        [*cmd, "--queue", "p.work", "--pool", "processes", "--burst"],
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "could not start a child process" in proc.stderr
+    for job_id in ids:
+        job = store.get_job(job_id)
+        assert (job.state, job.attempts) == ("pending", 0)  # never started: never charged
+    assert not Run.objects.exists()

@@ -124,6 +124,8 @@ class Command(BaseCommand):
             worker.run(stop)
         except AlkstoreError as exc:
             raise CommandError(str(exc)) from exc
+        if worker.broken:
+            raise CommandError(f"The worker stopped: it {worker.broken}.")
         if worker.timed_out or worker.running_threads():
             # A handler outlived its time limit or the grace period and its attempt
             # is recorded: end it with the process, before anyone runs it again. A
