@@ -131,6 +131,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                     id_,
                 )
             )
+    token = raw.get("METRICS_TOKEN")
+    if token is not None and (not isinstance(token, str) or not token):
+        errors.append(
+            _error(
+                f"ALKSTORE['METRICS_TOKEN'] is {token!r}.",
+                "Expected a non-empty string (the bearer token of the metrics view), or None.",
+                "alkstore.E008",
+            )
+        )
     errors += _check_schedules(raw)
     if "MAX_PAYLOAD_BYTES" in raw:
         value = raw["MAX_PAYLOAD_BYTES"]

@@ -49,6 +49,7 @@ SETTING_KEYS = frozenset(
         "SWEEP_INTERVAL_S",
         "SCHEDULES",
         "WORKER_TTL_S",
+        "METRICS_TOKEN",
     }
 )
 
@@ -89,6 +90,11 @@ class AlkstoreSettings:
     @property
     def worker_ttl_s(self) -> float:
         return float(self.raw.get("WORKER_TTL_S", DEFAULT_WORKER_TTL_S))
+
+    @property
+    def metrics_token(self) -> str | None:
+        """The bearer token that may read ``metrics_view`` without a staff login."""
+        return self.raw.get("METRICS_TOKEN") or None
 
     @property
     def schedules(self) -> dict[str, dict[str, Any]]:

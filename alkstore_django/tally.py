@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .failures import loggable
+from .instruments import Instruments
 from .job_runs import Outcome
 from .outcomes import record_outcomes
 from .records import Job
@@ -35,14 +36,16 @@ class WorkerStats:
 class Tally:
     """Count and log settled outcomes; write the per-minute counts to ``using`` in batches."""
 
-    def __init__(self, using: str) -> None:
+    def __init__(self, using: str, instruments: Instruments | None = None) -> None:
         self.using = using
+        self.instruments = instruments or Instruments()
         self.stats = WorkerStats()
         self._counts: Counter[tuple[str, str]] = Counter()
         self._last_flush = time.monotonic()
 
     def record(self, job: Job, outcome: Outcome, result: str) -> None:
         """Count and log one settled outcome: acked, retried, dead or lost."""
+        self.instruments.outcome(job.queue, result, outcome.duration_ms)
         stats = self.stats
         if result == "acked":
             stats.acked += 1

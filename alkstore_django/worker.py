@@ -31,6 +31,7 @@ from .conf import app_settings
 from .errors import InvalidArgument
 from .failures import describe
 from .handlers import HandlerRegistry, registry
+from .instruments import Instruments
 from .job_runs import (
     CONNECTION_ERRORS,
     Outcome,
@@ -130,6 +131,7 @@ class Worker:
         pool: str = "threads",
         max_jobs_per_child: int | None = None,
         max_memory_per_child_mb: float | None = None,
+        instruments: Instruments | None = None,
     ) -> None:
         if pool not in POOLS:
             raise InvalidArgument(f"Invalid pool {pool!r}: expected one of {', '.join(POOLS)}.")
@@ -149,7 +151,7 @@ class Worker:
         self.grace_s = grace_s
         self.poll_interval_s = poll_interval_s or app_settings.poll_interval_s
         self.sweep_interval_s = sweep_interval_s or app_settings.sweep_interval_s
-        self.tally = Tally(self.store.using)
+        self.tally = Tally(self.store.using, instruments)
         self.slots = ClaimSlots(self.capacity)
         self.pool = pool
         self.max_jobs_per_child = max_jobs_per_child
@@ -299,9 +301,11 @@ class Worker:
             acks, self._acks = self._acks, []
             fences = [(d.held.handle.job.id, d.held.handle.job.generation) for d in acks]
             try:
+                claim_started = time.perf_counter()
                 acked, jobs = dialect.claim_and_ack(
                     q.name, self.worker_id, want, self.worker_id, fences
                 )
+                self.tally.instruments.claim(q.name, time.perf_counter() - claim_started)
             except BaseException:
                 # Nothing was committed: the acks are tried again.
                 self._acks = acks + self._acks

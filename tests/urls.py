@@ -1,4 +1,9 @@
 from django.contrib import admin
 from django.urls import path
 
-urlpatterns = [path("admin/", admin.site.urls)]
+from alkstore_django.metrics import metrics_view
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("alkstore/metrics", metrics_view),
+]

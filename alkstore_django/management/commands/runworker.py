@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from alkstore_django.errors import AlkstoreError
 from alkstore_django.handlers import outbox_queue_name, registry
+from alkstore_django.instruments import Instruments
 from alkstore_django.pools import POOLS
 from alkstore_django.sentinel import start_sentinel
 from alkstore_django.worker import Worker
@@ -44,6 +45,16 @@ def positive_int_any(value: str) -> int:
         number = 0
     if number < 1:
         raise CommandError(f"Invalid value {value!r}: expected a positive integer.")
+    return number
+
+
+def port_number(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= 65535:
+        raise CommandError(f"Invalid port {value!r}: expected an integer from 1 to 65535.")
     return number
 
 
@@ -90,6 +101,12 @@ class Command(BaseCommand):
             help="Process pool: replace a child once its resident memory passes this many MB.",
         )
         parser.add_argument(
+            "--metrics-port",
+            type=port_number,
+            default=None,
+            help="Serve this worker's Prometheus metrics on this port (needs the 'metrics' extra).",
+        )
+        parser.add_argument(
             "--grace-s",
             type=non_negative_float,
             default=30.0,
@@ -108,6 +125,7 @@ class Command(BaseCommand):
         stop = threading.Event()
         self._install_signals(stop)
         try:
+            instruments = self._instruments(options["metrics_port"])
             worker = Worker(
                 names or None,
                 concurrency=options["concurrency"],
@@ -118,9 +136,15 @@ class Command(BaseCommand):
                 pool=options["pool"],
                 max_jobs_per_child=options["max_jobs_per_child"],
                 max_memory_per_child_mb=options["max_memory_per_child"],
+                instruments=instruments,
             )
             worker.build_queues()
             start_sentinel(worker)
+            if instruments.enabled:
+                # After the sentinel's fork: the server is a thread.
+                from prometheus_client import start_http_server
+
+                start_http_server(options["metrics_port"], registry=instruments.registry)
             worker.run(stop)
         except AlkstoreError as exc:
             raise CommandError(str(exc)) from exc
@@ -134,6 +158,20 @@ class Command(BaseCommand):
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(EXIT_TIMED_OUT if worker.timed_out else 0)
+
+    @staticmethod
+    def _instruments(port: int | None) -> Instruments:
+        if port is None:
+            return Instruments()
+        try:
+            from prometheus_client import CollectorRegistry, ProcessCollector
+        except ImportError as exc:
+            raise CommandError(
+                "--metrics-port needs prometheus-client: pip install 'alkstore-django[metrics]'."
+            ) from exc
+        registry = CollectorRegistry()
+        ProcessCollector(registry=registry)
+        return Instruments(registry)
 
     @staticmethod
     def _install_signals(stop: threading.Event) -> None:
