@@ -571,6 +571,8 @@ class Worker:
         try:
             self._settle()
             self._flush_acks(force=True)
+            for runner in self._runners:
+                runner.interrupt()  # a child still running a job is stopped first
             self._interrupt_running()
         except DatabaseError:
             logger.warning(
@@ -582,8 +584,6 @@ class Worker:
         except DatabaseError:
             logger.warning("could not record outcome counts at shutdown", exc_info=True)
         self._halt.set()
-        for runner in self._runners:
-            runner.interrupt()  # children still running a job are stopped
         for _ in range(self.concurrency):
             self._work.put(None)
         # Handler threads still inside a job after the grace period are left
