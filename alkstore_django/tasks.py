@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,6 +24,7 @@ from django.conf import settings
 from django.core import checks
 from django.db import transaction
 from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
+from django.tasks import task as django_task
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -61,6 +63,33 @@ class AlkstoreTask(Task):
     """
 
     max_attempts: int | None = None
+
+
+def task(
+    function: Callable[..., Any] | None = None, *, max_attempts: int | None = None, **options: Any
+) -> Any:
+    """Django's ``@task`` that also takes ``max_attempts``, on every supported Django.
+
+    ``django.tasks.task`` hands extra options to the backend's task class only
+    from Django 6.1; on 6.0 ``@task(max_attempts=5)`` is a ``TypeError``. This
+    decorator builds the task with Django's own and then sets
+    ``max_attempts``, which the backend validates (``InvalidTask`` below 1).
+    Every other option is Django's. ``max_attempts`` on a backend that is not
+    an ``AlkstoreBackend`` raises ``InvalidTask`` naming the backend.
+    """
+
+    def wrapper(func: Callable[..., Any]) -> Task:
+        built: Task = django_task(**options)(func)
+        if max_attempts is None:
+            return built
+        if not isinstance(built, AlkstoreTask):
+            raise InvalidTask(
+                f"Task {built.module_path!r} sets max_attempts, but TASKS[{built.backend!r}] "
+                f"is {type(built.get_backend()).__name__}: expected an AlkstoreBackend."
+            )
+        return replace(built, max_attempts=max_attempts)
+
+    return wrapper if function is None else wrapper(function)
 
 
 @dataclass(frozen=True)
@@ -442,7 +471,8 @@ def register_task_runners() -> None:
 
     Called by ``AppConfig.ready()`` on Django 6; ``runworker`` then runs the
     Tasks queues like any other. A queue that already has another handler
-    raises ``InvalidArgument``.
+    (an ``@handler`` of the same name) is a conflict: the system check
+    ``alkstore.E201`` names it and no worker runs that queue.
     """
     from .task_runner import task_runner
 

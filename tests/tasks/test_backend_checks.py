@@ -60,10 +60,48 @@ def test_construction_and_validation_touch_no_database():
 
 @pytest.mark.parametrize("attempts", [0, -1, 1.5, True])
 def test_validate_task__refuses_a_bad_per_task_max_attempts(attempts):
-    from django.tasks import task
     from django.tasks.exceptions import InvalidTask
 
+    from alkstore_django.tasks import task
     from tests.testapp import tasks
 
     with pytest.raises(InvalidTask, match="Invalid max_attempts"):
         task(max_attempts=attempts)(tasks.add.func)
+
+
+def test_alkstore_task__takes_max_attempts_on_every_django_6():
+    from alkstore_django.tasks import AlkstoreTask, task
+    from tests.testapp import tasks
+
+    built = task(max_attempts=4, priority=7, queue_name="tasks-retry")(tasks.add.func)
+    assert isinstance(built, AlkstoreTask)
+    assert (built.max_attempts, built.priority, built.queue_name) == (4, 7, "tasks-retry")
+    assert task(tasks.add.func).max_attempts is None  # bare @task: the backend's default
+
+
+def test_django_task__takes_max_attempts_from_django_6_1_only():
+    """What docs/django-tasks.md says: Django 6.0's own @task refuses unknown options."""
+    import django
+    from django.tasks import task
+
+    from tests.testapp import tasks
+
+    if django.VERSION >= (6, 1):
+        assert task(max_attempts=4)(tasks.add.func).max_attempts == 4
+    else:
+        with pytest.raises(TypeError, match="max_attempts"):
+            task(max_attempts=4)(tasks.add.func)
+
+
+def test_alkstore_task__max_attempts_on_another_backend_is_refused_naming_it(settings):
+    from django.tasks.exceptions import InvalidTask
+
+    from alkstore_django.tasks import task
+    from tests.testapp import tasks
+
+    settings.TASKS = {
+        **settings.TASKS,
+        "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
+    }
+    with pytest.raises(InvalidTask, match=r"TASKS\['immediate'\] is ImmediateBackend"):
+        task(backend="immediate", max_attempts=2)(tasks.add.func)

@@ -145,13 +145,14 @@ def test_takes_context__gets_a_running_result():
     }
 
 
-def test_per_task_max_attempts__turns_retries_on_for_that_task():
-    result = tasks.flaky_per_task.enqueue()
+@pytest.mark.parametrize("flaky", tasks.PER_TASK_ATTEMPTS, ids=lambda t: t.name)
+def test_per_task_max_attempts__turns_retries_on_for_that_task(flaky):
+    result = flaky.enqueue()
     assert Job.objects.get(id=int(result.id)).max_attempts == 2
     run_ready_tasks()
     make_due(int(result.id))
     run_ready_tasks()
-    done = tasks.flaky_per_task.get_result(result.id)
+    done = flaky.get_result(result.id)
     assert (done.status, done.return_value, len(done.errors)) == ("SUCCESSFUL", 2, 1)
 
 

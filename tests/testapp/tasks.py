@@ -5,7 +5,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import django
 from django.tasks import TaskContext, task
+
+from alkstore_django.tasks import task as alkstore_task
 
 from .models import Run
 
@@ -58,12 +61,28 @@ def flaky(context: TaskContext, succeed_at: int):
     return context.attempt
 
 
-@task(takes_context=True, queue_name="tasks-retry", max_attempts=2)
-def flaky_per_task(context: TaskContext):
-    """Retries switched on for this task alone, on the default (retries off) backend."""
+def _fail_first_attempt(context: TaskContext):
     if context.attempt < 2:
         raise RuntimeError("first attempt fails")
     return context.attempt
+
+
+# alkstore's @task takes max_attempts on every Django 6; Django's own from 6.1 on.
+@alkstore_task(takes_context=True, queue_name="tasks-retry", max_attempts=2)
+def flaky_per_task(context: TaskContext):
+    """Retries switched on for this task alone, on the default (retries off) backend."""
+    return _fail_first_attempt(context)
+
+
+PER_TASK_ATTEMPTS = [flaky_per_task]
+if django.VERSION >= (6, 1):
+
+    @task(takes_context=True, queue_name="tasks-retry", max_attempts=2)
+    def flaky_django_task(context: TaskContext):
+        """The same, declared with Django's own @task (Django 6.1+)."""
+        return _fail_first_attempt(context)
+
+    PER_TASK_ATTEMPTS.append(flaky_django_task)
 
 
 @task()
