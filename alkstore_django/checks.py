@@ -7,16 +7,22 @@ from typing import Any
 
 from django.conf import settings
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
 
 from .conf import SETTING_KEYS, app_settings
 from .errors import AlkstoreError
+from .handlers import registry
 from .validation import validate_name, validate_queue_options
 
 SUPPORTED_VENDORS = {"postgresql", "sqlite"}
+POSTGRES_ENGINES = ("postgresql", "postgis")
 
 
 def register() -> None:
     checks.register(check_settings, checks.Tags.compatibility)
+    checks.register(check_handlers, checks.Tags.compatibility)
+    checks.register(check_environment, checks.Tags.compatibility)
 
 
 def _error(msg: str, hint: str, id_: str) -> checks.Error:
@@ -182,3 +188,66 @@ def _check_schedules(raw: dict[str, Any]) -> list[checks.CheckMessage]:
                 )
             )
     return errors
+
+
+def check_handlers(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Report every queue that more than one handler claims (``jobs.py`` and ``TASKS``)."""
+    return [
+        checks.Error(
+            message,
+            hint=(
+                "Keep one handler per queue: rename one @handler queue, or take the queue "
+                "out of TASKS[...]['QUEUES'] when an AlkstoreBackend lists it."
+            ),
+            obj="alkstore_django.handlers.registry",
+            id="alkstore.E201",
+        )
+        for message in registry.conflicts().values()
+    ]
+
+
+def check_environment(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Refuse what the store cannot run on: PostgreSQL without psycopg 3, ``USE_TZ = False``."""
+    errors: list[checks.CheckMessage] = []
+    if not settings.USE_TZ:
+        errors.append(
+            checks.Error(
+                "alkstore_django needs USE_TZ = True.",
+                hint=(
+                    "Run times, claim deadlines and schedule boundaries are instants on the "
+                    "database clock: with USE_TZ = False, Django refuses timezone-aware "
+                    "datetimes on SQLite and makes them naive on PostgreSQL, so "
+                    "enqueue(run_at=...), schedules and runscheduler fail. "
+                    "Set USE_TZ = True (Django's default)."
+                ),
+                obj="settings.USE_TZ",
+                id="alkstore.E203",
+            )
+        )
+    alias = app_settings.database
+    if alias in settings.DATABASES and _is_postgresql(alias):
+        try:
+            import psycopg  # noqa: F401
+        except ImportError as exc:
+            errors.append(
+                checks.Error(
+                    f"ALKSTORE['DATABASE'] {alias!r} is PostgreSQL, and psycopg 3 cannot be "
+                    f"imported ({exc}).",
+                    hint=(
+                        "alkstore_django talks to PostgreSQL through psycopg 3 (psycopg2 is "
+                        "not enough): pip install 'alkstore-django[postgres]'."
+                    ),
+                    obj="settings.DATABASES",
+                    id="alkstore.E202",
+                )
+            )
+    return errors
+
+
+def _is_postgresql(alias: str) -> bool:
+    try:
+        return connections[alias].vendor == "postgresql"
+    except ImproperlyConfigured:
+        # Django could not load the backend at all (no psycopg, no psycopg2).
+        engine = str(settings.DATABASES[alias].get("ENGINE", ""))
+        return any(name in engine for name in POSTGRES_ENGINES)

@@ -33,7 +33,11 @@ def validate_outbox_name(name: object) -> str:
 
 
 def _qualified(func: Handler) -> str:
-    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+    qualname = getattr(func, "__qualname__", None)
+    if qualname is None:
+        # A callable object (the Tasks backend's runner): its repr is its path.
+        return repr(func)
+    return f"{getattr(func, '__module__', '?')}.{qualname}"
 
 
 class HandlerRegistry:
@@ -49,26 +53,48 @@ class HandlerRegistry:
 
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        # Queue -> the paths of every handler registered for it, when more than one.
+        self._conflicts: dict[str, list[str]] = {}
 
     def register(self, queue: str, func: Handler) -> None:
+        """Register ``func`` for ``queue``; a second, different handler is recorded, not raised.
+
+        Registration runs while Django loads the apps (``jobs.py``, the Tasks
+        backend's queues), where an exception would stop every ``manage.py``
+        command, ``migrate`` included. A conflict is reported instead by the
+        system check ``alkstore.E201`` and refused by ``get()``, so no worker
+        runs a queue whose handler is ambiguous.
+        """
         existing = self._handlers.get(queue)
+        if existing is None:
+            self._handlers[queue] = func
+            return
         # The same function registered again (a module imported twice) is harmless.
-        if existing is not None and _qualified(existing) != _qualified(func):
-            raise InvalidArgument(
-                f"Queue {queue!r} already has handler {_qualified(existing)}; cannot also "
-                f"register {_qualified(func)}: expected one handler per queue."
-            )
-        self._handlers[queue] = func
+        paths = self._conflicts.get(queue, [_qualified(existing)])
+        if _qualified(func) not in paths:
+            self._conflicts[queue] = [*paths, _qualified(func)]
+
+    def conflicts(self) -> dict[str, str]:
+        """Return queue -> a message naming its handlers, for every queue with more than one."""
+        return {
+            queue: f"Queue {queue!r} has {len(paths)} handlers ({', '.join(paths)}): "
+            "expected one handler per queue."
+            for queue, paths in sorted(self._conflicts.items())
+        }
 
     def get(self, queue: str) -> Handler | None:
+        """Return the handler of ``queue``, or None when it has none.
+
+        Raises ``InvalidArgument`` (the ``alkstore.E201`` message) when the
+        queue has more than one handler.
+        """
+        if queue in self._conflicts:
+            raise InvalidArgument(self.conflicts()[queue])
         return self._handlers.get(queue)
 
     def queues(self) -> list[str]:
         """Return every queue with a handler (outboxes by their backing queue)."""
         return sorted(self._handlers)
-
-    def unregister(self, queue: str) -> None:
-        self._handlers.pop(queue, None)
 
 
 registry = HandlerRegistry()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,48 @@ def subprocess_env() -> dict[str, str]:
 @pytest.fixture
 def python() -> str:
     return sys.executable
+
+
+@pytest.fixture
+def settings_variant(tmp_path, subprocess_env) -> Callable[..., dict[str, str]]:
+    """Return ``make(body, files={})``: the child environment of a settings module over ours.
+
+    The module starts with ``from tests.settings import *`` and then ``body``;
+    ``files`` (path -> text) are written next to it, e.g. an extra app.
+    """
+
+    def make(body: str, files: dict[str, str] | None = None) -> dict[str, str]:
+        for relative, text in (files or {}).items():
+            path = tmp_path / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(text))
+        module = "from tests.settings import *  # noqa: F403\n" + textwrap.dedent(body)
+        (tmp_path / "variant_settings.py").write_text(module)
+        env = dict(subprocess_env)
+        env["DJANGO_SETTINGS_MODULE"] = "variant_settings"
+        env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+        return env
+
+    return make
+
+
+@pytest.fixture
+def empty_database_url(tmp_path) -> Iterator[str]:
+    """Yield a DATABASE_URL of a database without any table, on the engine under test."""
+    if VENDOR == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.sqlite3'}"
+        return
+    import psycopg
+
+    s = connection.settings_dict
+    name = f"{s['NAME']}_empty"
+    server = {"host": s.get("HOST") or "127.0.0.1", "port": s.get("PORT") or 5432}
+    user = s.get("USER") or "postgres"
+    with psycopg.connect(dbname="postgres", user=user, autocommit=True, **server) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgres://{user}@{server['host']}:{server['port']}/{name}"
+    finally:
+        with psycopg.connect(dbname="postgres", user=user, autocommit=True, **server) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

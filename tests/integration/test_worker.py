@@ -10,7 +10,6 @@ import pytest
 
 from alkstore_django import store
 from alkstore_django.errors import InvalidArgument
-from alkstore_django.handlers import HandlerRegistry
 from alkstore_django.models import DeadJob, Job
 from alkstore_django.worker import Worker
 from tests.helpers import db_now
@@ -140,17 +139,6 @@ def test_idle_worker__wakes_when_a_delayed_job_becomes_due():
 def test_unknown_queue__is_refused_with_the_registered_names():
     with pytest.raises(InvalidArgument, match="No handler registered for queue 'nope'"):
         Worker(["nope"], burst=True).run(threading.Event())
-
-
-def test_handler_registry__refuses_two_handlers_for_one_queue():
-    reg = HandlerRegistry()
-    reg.register("q", lambda job: None)
-
-    def other(job):
-        return None
-
-    with pytest.raises(InvalidArgument, match="already has handler"):
-        reg.register("q", other)
 
 
 def test_sweep__buries_exhausted_lapsed_claims_of_a_queue_nobody_claims_from():
