@@ -1,0 +1,113 @@
+"""What ``runworker`` and ``runscheduler`` share before they serve: logging, migrations, signals.
+
+Both are long-running processes an operator starts by hand, under systemd or
+in a container, so both must say what they do without any ``LOGGING`` set-up,
+refuse an unmigrated database at once instead of retrying forever, and stop
+the same way on SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from django.core.management.base import CommandError
+from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
+from django.db.migrations.executor import MigrationExecutor
+
+APP_LABEL = "alkstore_django"
+LOG_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
+LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
+VERBOSE_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(threadName)s %(message)s"
+
+logger = logging.getLogger(__name__)
+
+
+def start_service(verbosity: int, using: str) -> threading.Event:
+    """Prepare a long-running command; return the event that SIGTERM/SIGINT sets.
+
+    Raises ``CommandError`` when ``using`` lacks alkstore's migrations.
+    """
+    configure_logging(verbosity)
+    require_migrated(using)
+    stop = threading.Event()
+    install_stop_signals(stop)
+    return stop
+
+
+class _DefaultHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The stderr handler the commands add when the site's LOGGING gives alkstore none."""
+
+
+def _site_handles_alkstore() -> bool:
+    if logging.getLogger().handlers:
+        return True
+    ours = [
+        candidate
+        for name, candidate in logging.Logger.manager.loggerDict.items()
+        if (name == APP_LABEL or name.startswith(f"{APP_LABEL}."))
+        and isinstance(candidate, logging.Logger)
+    ]
+    return any(not isinstance(h, _DefaultHandler) for lg in ours for h in lg.handlers)
+
+
+def configure_logging(verbosity: int) -> None:
+    """Log ``alkstore_django``'s lines to stderr at the level ``-v`` asks for.
+
+    0: warnings and errors; 1 (the default): also one line per job outcome
+    and every scheduler event; 2 and 3: also debug lines, with the logger and
+    thread names. A site whose ``LOGGING`` gives the root logger or any
+    ``alkstore_django`` logger a handler keeps its own set-up untouched.
+    """
+    root = logging.getLogger(APP_LABEL)
+    handler = next((h for h in root.handlers if isinstance(h, _DefaultHandler)), None)
+    if handler is None:
+        if _site_handles_alkstore():
+            return
+        handler = _DefaultHandler()
+        root.addHandler(handler)
+    detailed = verbosity >= 2
+    handler.setFormatter(logging.Formatter(VERBOSE_LOG_FORMAT if detailed else LOG_FORMAT))
+    root.setLevel(LOG_LEVELS.get(verbosity, logging.DEBUG))
+
+
+def require_migrated(using: str) -> None:
+    """Raise ``CommandError`` saying "run migrate" when ``using`` lacks an alkstore migration.
+
+    Checked once before serving: without it a worker on an unmigrated
+    database takes "no such table" for an outage and retries forever. A
+    database that cannot be reached is left to the service's own outage
+    handling (it waits for the database to come back).
+    """
+    try:
+        executor = MigrationExecutor(connections[using])
+        targets = [key for key in executor.loader.graph.leaf_nodes() if key[0] == APP_LABEL]
+        missing = [migration.name for migration, _ in executor.migration_plan(targets)]
+    except (OperationalError, InterfaceError) as exc:
+        logger.warning("migrations not checked: database %r unavailable (%s)", using, exc)
+        return
+    if missing:
+        option = "" if using == DEFAULT_DB_ALIAS else f" --database {using}"
+        raise CommandError(
+            f"Database {using!r} lacks {len(missing)} alkstore_django migration(s) "
+            f"({', '.join(missing)}): run `manage.py migrate{option}` first."
+        )
+
+
+def install_stop_signals(stop: threading.Event) -> None:
+    """Make the first SIGTERM or SIGINT set ``stop`` and a second one exit at once."""
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            # A second signal: leave at once; held claims and leases lapse and are retaken.
+            sys.stderr.write("alkstore: second signal, exiting now\n")
+            sys.stderr.flush()
+            os._exit(128 + signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
