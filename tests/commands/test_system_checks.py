@@ -1,4 +1,4 @@
-"""``manage.py`` on misconfigured sites: the error is a system check, never a traceback at import."""
+"""``manage.py`` on misconfigured sites: a system check error, never a traceback at import."""
 
 from __future__ import annotations
 
