@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from functools import cache, cached_property
 from typing import Any
 
-import psycopg
 from django.db import transaction
 
 from ..records import EnqueueStamps
@@ -87,6 +86,10 @@ class PostgresDialect(Dialect):
         the next call, so it is only for statements that return a few small
         rows; a claim's rows carry payloads and get a cursor of their own.
         """
+        # Imported here, not at the top: nothing may import psycopg on a SQLite site,
+        # where it need not be installed (it is the optional extra "postgres").
+        import psycopg
+
         wrapper = self.connection
         wrapper.ensure_connection()
         raw = wrapper.connection
