@@ -1,14 +1,18 @@
-"""Presentation helpers shared by the admin and ``manage.py alkstore``: ages and the chart."""
+"""Presentation helpers shared by the admin and ``manage.py alkstore``: ages, times, the chart."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
+
+from django.utils.timezone import is_aware, localtime
 
 if TYPE_CHECKING:
     from .outcomes import OutcomeBucket
 
+ERROR_PREVIEW_CHARS = 80
 CHART_WIDTH = 720
 CHART_HEIGHT = 180
 CHART_LEFT = 40
@@ -28,6 +32,27 @@ def format_age(seconds: float | None) -> str:
     if s < 86_400:
         return f"{s // 3600}h {s % 3600 // 60:02d}m"
     return f"{s // 86_400}d {s % 86_400 // 3600}h"
+
+
+def error_summary(error: str | None, limit: int = ERROR_PREVIEW_CHARS) -> str:
+    """Return an error's last non-blank line, cut to ``limit`` characters (… marks a cut).
+
+    A traceback's last line names the exception: the most telling part for a list row.
+    """
+    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    return last if len(last) <= limit else f"{last[: limit - 1]}…"
+
+
+def format_timestamp(value: datetime | None) -> str:
+    """Return ``value`` to the second in the current time zone, ``2025-03-01 14:05:09``; - for None.
+
+    Operators compare claim deadlines and deaths that are seconds apart;
+    Django's default ``DATETIME_FORMAT`` stops at the minute.
+    """
+    if value is None:
+        return "-"
+    return f"{localtime(value) if is_aware(value) else value:%Y-%m-%d %H:%M:%S}"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from django.db import transaction
 from .conf import app_settings
 from .errors import InvalidArgument
 from .presence import live_workers
-from .records import QueueStats
+from .records import Job, QueueStats
 from .timing import UNIT_SECONDS
 from .validation import validate_duration, validate_int, validate_name
 
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 DEFAULT_BATCH_SIZE = 5_000
 MAX_BATCH_SIZE = 50_000
+DEFAULT_LIST_LIMIT = 50
+MAX_LIST_LIMIT = 10_000
 _AGE_RE = re.compile(r"([1-9][0-9]{0,9})([smhd])")
 
 Progress = Callable[[int], None]
@@ -132,6 +134,54 @@ def _move(
     if progress is not None:
         progress(done + count)
     return count
+
+
+def list_dead(
+    *, queue: str | None = None, limit: int = DEFAULT_LIST_LIMIT, using: str | None = None
+) -> list[Job]:
+    """Return the newest dead letters (of ``queue`` when given), newest first, at most ``limit``."""
+    from .models import DeadJob
+
+    limit = validate_int("limit", limit, minimum=1, maximum=MAX_LIST_LIMIT)
+    rows = DeadJob.objects.using(_alias(using)).order_by("-died_at", "-id")
+    if queue is not None:
+        validate_name("queue", queue, allow_reserved=True)
+        rows = rows.filter(queue=queue)
+    return [row.to_record() for row in rows[:limit]]
+
+
+def get_dead(job_id: int, *, using: str | None = None) -> Job | None:
+    """Return the dead letter ``job_id``, or None when there is none (a live job is not one)."""
+    from .models import DeadJob
+
+    (job_id,) = _ids([job_id])
+    row = DeadJob.objects.using(_alias(using)).filter(id=job_id).first()
+    return None if row is None else row.to_record()
+
+
+def count_dead(queue: str, *, using: str | None = None) -> int:
+    """Return how many dead letters ``queue`` has: what ``requeue_dead(queue=queue)`` would move."""
+    from .models import DeadJob
+
+    validate_name("queue", queue, allow_reserved=True)
+    return DeadJob.objects.using(_alias(using)).filter(queue=queue).count()
+
+
+def missing_dead(
+    ids: Iterable[int], *, queue: str | None = None, using: str | None = None
+) -> list[int]:
+    """Return those of ``ids`` that are not dead letters (of ``queue`` when given), sorted."""
+    from .models import DeadJob
+
+    wanted = _ids(ids)
+    rows = DeadJob.objects.using(_alias(using))
+    if queue is not None:
+        validate_name("queue", queue, allow_reserved=True)
+        rows = rows.filter(queue=queue)
+    found: set[int] = set()
+    for chunk in _chunks(wanted, DEFAULT_BATCH_SIZE):
+        found.update(rows.filter(id__in=chunk).values_list("id", flat=True))
+    return [i for i in wanted if i not in found]
 
 
 def dead_letter_queues(*, using: str | None = None) -> list[str]:

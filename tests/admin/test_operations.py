@@ -159,3 +159,36 @@ def test_dead_letter_queues__lists_each_queue_once_sorted():
     DeadJobFactory.create_batch(3, queue="q.b")
     DeadJobFactory(queue="q.a")
     assert operations.dead_letter_queues() == ["q.a", "q.b"]
+
+
+def test_list_dead__newest_first_limited_and_by_queue():
+    now = timezone.now()
+    old = DeadJobFactory(queue="l.q", died_at=now - timedelta(minutes=2))
+    new = DeadJobFactory(queue="l.q", died_at=now)
+    DeadJobFactory(queue="l.other", died_at=now - timedelta(minutes=1))
+    assert [j.id for j in operations.list_dead(queue="l.q")] == [new.id, old.id]
+    assert [j.queue for j in operations.list_dead(limit=2)] == ["l.q", "l.other"]
+    assert {j.state for j in operations.list_dead()} == {"dead"}
+
+
+@pytest.mark.parametrize("limit", [0, 10_001, "5", True])
+def test_list_dead__bad_limit_is_refused_naming_it(limit):
+    with pytest.raises(InvalidArgument, match=f"Invalid limit {limit!r}"):
+        operations.list_dead(limit=limit)
+
+
+def test_get_dead__only_dead_letters():
+    dead = DeadJobFactory()
+    live = store.queue("g.q").enqueue(1)
+    assert operations.get_dead(dead.id).id == dead.id
+    assert operations.get_dead(live) is None
+
+
+def test_count_and_missing_dead__what_a_requeue_would_find():
+    a, b = DeadJobFactory.create_batch(2, queue="c.q")
+    other = DeadJobFactory(queue="c.other")
+    assert operations.count_dead("c.q") == 2
+    assert operations.count_dead("c.none") == 0
+    assert operations.missing_dead([a.id, b.id], queue="c.q") == []
+    assert operations.missing_dead([other.id, 5, a.id], queue="c.q") == [5, other.id]
+    assert operations.missing_dead([other.id, 5]) == [5]

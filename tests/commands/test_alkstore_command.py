@@ -1,4 +1,4 @@
-"""``manage.py alkstore``: stats, requeue and purge-dead."""
+"""``manage.py alkstore``: stats, dead list/show, requeue and purge-dead."""
 
 from __future__ import annotations
 
@@ -98,3 +98,101 @@ def test_command__runs_as_a_process_and_exits_nonzero_on_bad_input(python, subpr
     )  # fmt: skip
     assert bad.returncode == 1
     assert "Invalid --older-than '7w'" in bad.stderr
+
+
+# --- dead list / dead show -------------------------------------------------------
+
+
+def test_dead_list__newest_first_with_the_errors_last_line_and_died_at_to_the_second():
+    now = timezone.now().replace(microsecond=0)
+    old = DeadJobFactory(queue="cmd.d", died_at=now - timedelta(hours=1), attempts=5)
+    new = DeadJobFactory(
+        queue="cmd.d",
+        died_at=now,
+        last_error="Traceback (most recent call last):\n  x\nKeyError: 'k'",
+    )
+    DeadJobFactory(queue="cmd.other", died_at=now - timedelta(minutes=1))
+    lines = run("dead", "list", "--queue", "cmd.d").splitlines()
+    assert lines[0].split() == ["id", "queue", "attempts", "died", "at", "error"]
+    assert [line.split()[0] for line in lines[2:]] == [str(new.id), str(old.id)]
+    assert lines[2].endswith("KeyError: 'k'")
+    assert f"{timezone.localtime(now):%Y-%m-%d %H:%M:%S}" in lines[2]
+    assert "5/3" in lines[3]
+
+
+def test_dead_list__limit_and_json_for_machines():
+    DeadJobFactory.create_batch(3, queue="cmd.d", payload={"to": "a@example.com"})
+    rows = json.loads(run("dead", "list", "--limit", "2", "--json"))
+    assert len(rows) == 2
+    assert rows[0]["state"] == "dead" and rows[0]["payload"] == {"to": "a@example.com"}
+    assert rows[0]["died_at"].endswith("Z") or "+00:00" in rows[0]["died_at"]
+
+
+def test_dead_list__says_so_when_there_are_none():
+    assert (
+        run("dead", "list", "--queue", "cmd.none").strip() == "No dead letters in queue 'cmd.none'."
+    )
+
+
+def test_dead_show__prints_stamps_payload_and_the_full_error():
+    dead = DeadJobFactory(payload={"to": "a@example.com"}, last_error="line 1\nValueError: two")
+    out = run("dead", "show", str(dead.id))
+    assert f"id           {dead.id}" in out
+    assert '"to": "a@example.com"' in out
+    assert out.rstrip().endswith("line 1\nValueError: two")
+    data = json.loads(run("dead", "show", str(dead.id), "--json"))
+    assert (data["id"], data["last_error"]) == (dead.id, "line 1\nValueError: two")
+
+
+def test_dead_show__an_unknown_id_is_a_command_error():
+    job_id = store.queue("cmd.live").enqueue(1)  # live, not dead
+    with pytest.raises(CommandError, match=f"No dead letter with id {job_id}."):
+        run("dead", "show", str(job_id))
+
+
+# --- requeue: dry run, nothing matched --------------------------------------------
+
+
+def test_requeue_dry_run__says_how_many_and_moves_nothing():
+    first, _ = DeadJobFactory.create_batch(2, queue="cmd.r")
+    assert run("requeue", "--queue", "cmd.r", "--dry-run").strip() == (
+        "Would requeue 2 dead letter(s) of queue 'cmd.r'."
+    )
+    out = run("requeue", "--queue", "cmd.r", "--id", str(first.id), "--dry-run")
+    assert out.strip() == "Would requeue 1 dead letter(s) of queue 'cmd.r'."
+    assert DeadJob.objects.count() == 2 and not Job.objects.exists()
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["requeue", "dry-run"])
+def test_requeue__a_queue_without_dead_letters_is_an_error_naming_those_with_some(dry_run):
+    DeadJobFactory(queue="cmd.r")
+    with pytest.raises(CommandError) as caught:
+        run("requeue", "--queue", "cmd.typo", *dry_run)
+    assert str(caught.value) == (
+        "Queue 'cmd.typo' has no dead letters: nothing requeued. Queues with dead letters: 'cmd.r'."
+    )
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["requeue", "dry-run"])
+def test_requeue__an_unknown_id_is_an_error_and_nothing_moves(dry_run):
+    known = DeadJobFactory(queue="cmd.r")
+    elsewhere = DeadJobFactory(queue="cmd.other")
+    with pytest.raises(CommandError) as caught:
+        run(
+            "requeue", "--queue", "cmd.r", "--id", str(known.id), "999", str(elsewhere.id), *dry_run
+        )
+    assert str(caught.value) == (
+        f"No dead letter 999, {elsewhere.id} in queue 'cmd.r': nothing requeued."
+    )
+    assert DeadJob.objects.count() == 2 and not Job.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_requeue__nothing_matched_exits_nonzero_as_a_process(python, subprocess_env):
+    done = subprocess.run(
+        [python, "-m", "django", "alkstore", "requeue", "--queue", "cmd.none", "--id", "5"],
+        env=subprocess_env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "No dead letter 5 in queue 'cmd.none': nothing requeued." in done.stderr
+    assert "Requeued 0" not in done.stdout

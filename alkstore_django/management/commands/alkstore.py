@@ -1,33 +1,54 @@
-"""``manage.py alkstore``: queue stats, requeue dead letters, purge old dead letters."""
+"""``manage.py alkstore``: queue stats, dead letters (list, show, requeue, purge)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.serializers.json import DjangoJSONEncoder
 
 from ... import operations
 from ...conf import app_settings
-from ...display import format_age
+from ...display import error_summary, format_age, format_timestamp
 from ...errors import AlkstoreError
+from ...records import Job
+from ..arguments import database_alias, positive_int
 
-COLUMNS = ("queue", "pending", "scheduled", "processing", "overdue", "dead", "oldest pending")
+STATS_COLUMNS = ("queue", "pending", "scheduled", "processing", "overdue", "dead", "oldest pending")
+DEAD_COLUMNS = ("id", "queue", "attempts", "died at", "error")
+MISSING_SHOWN = 10
 
 
 class Command(BaseCommand):
-    help = "Inspect and repair queues: stats, requeue dead letters, purge old dead letters."
+    help = "Inspect and repair queues: stats, dead letters (list, show), requeue, purge-dead."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--database",
+            type=database_alias,
             default=None,
             help="The database alias of the alkstore tables (default: ALKSTORE['DATABASE']).",
         )
         sub = parser.add_subparsers(dest="subcommand", required=True)
         stats = sub.add_parser("stats", help="Print every queue's counts.")
         stats.add_argument("--json", action="store_true", help="Print JSON for machines.")
+        dead = sub.add_parser("dead", help="List dead letters, or show one.")
+        dead_sub = dead.add_subparsers(dest="dead_command", required=True)
+        listing = dead_sub.add_parser("list", help="The newest dead letters, newest first.")
+        listing.add_argument("--queue", default=None, help="Only this queue's dead letters.")
+        listing.add_argument(
+            "--limit",
+            type=positive_int(operations.MAX_LIST_LIMIT),
+            default=operations.DEFAULT_LIST_LIMIT,
+            help=f"How many (default {operations.DEFAULT_LIST_LIMIT}).",
+        )
+        listing.add_argument("--json", action="store_true", help="Print JSON for machines.")
+        show = dead_sub.add_parser("show", help="One dead letter: stamps, payload, full error.")
+        show.add_argument("id", type=int, help="The dead letter's id (the job's id).")
+        show.add_argument("--json", action="store_true", help="Print JSON for machines.")
         requeue = sub.add_parser("requeue", help="Requeue a queue's dead letters (or some ids).")
         requeue.add_argument("--queue", required=True, help="The queue whose dead letters to move.")
         requeue.add_argument(
@@ -37,6 +58,9 @@ class Command(BaseCommand):
             nargs="+",
             action="extend",
             help="Only these dead letter ids (repeatable); all of the queue's when omitted.",
+        )
+        requeue.add_argument(
+            "--dry-run", action="store_true", help="Say how many would move; move nothing."
         )
         purge = sub.add_parser("purge-dead", help="Delete a queue's old dead letters.")
         purge.add_argument("--queue", required=True, help="The queue whose dead letters to purge.")
@@ -48,32 +72,35 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         using = options["database"] or app_settings.database
+        command = options["subcommand"]
         try:
-            if options["subcommand"] == "stats":
+            if command == "stats":
                 self.stats(using, as_json=options["json"])
-            elif options["subcommand"] == "requeue":
-                self.requeue(using, options["queue"], options["ids"])
+            elif command == "dead" and options["dead_command"] == "list":
+                self.dead_list(using, options["queue"], options["limit"], as_json=options["json"])
+            elif command == "dead":
+                self.dead_show(using, options["id"], as_json=options["json"])
+            elif command == "requeue":
+                self.requeue(using, options["queue"], options["ids"], dry_run=options["dry_run"])
             else:
                 self.purge(using, options["queue"], options["older_than"])
         except AlkstoreError as exc:
             raise CommandError(str(exc)) from exc
 
-    def stats(self, using: str, *, as_json: bool) -> None:
-        stats = operations.queue_overview(using=using)
-        if as_json:
-            self.stdout.write(json.dumps([asdict(s) for s in stats], indent=2))
-            return
-        if not stats:
-            self.stdout.write("No queues.")
-            return
-        table: list[tuple[str, ...]] = [COLUMNS]
-        for s in stats:
-            counts = (s.pending, s.scheduled, s.processing, s.overdue, s.dead)
-            table.append((s.queue, *map(str, counts), format_age(s.oldest_pending_age_s)))
-        widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
+    # --- output ----------------------------------------------------------------------
+
+    def _json(self, value: Any) -> None:
+        self.stdout.write(json.dumps(value, indent=2, cls=DjangoJSONEncoder, ensure_ascii=False))
+
+    def _table(self, header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> None:
+        """Print ``rows`` under ``header``; ``align`` has an ``l`` or ``r`` per column."""
+        table = [tuple(header), *rows]
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
         for n, row in enumerate(table):
-            cells = [row[0].ljust(widths[0])]
-            cells += [v.rjust(w) for v, w in zip(row[1:], widths[1:], strict=True)]
+            cells = [
+                value.ljust(width) if side == "l" else value.rjust(width)
+                for value, width, side in zip(row, widths, align, strict=True)
+            ]
             self.stdout.write("  ".join(cells).rstrip())
             if n == 0:
                 self.stdout.write("  ".join("-" * w for w in widths))
@@ -84,12 +111,110 @@ class Command(BaseCommand):
 
         return report
 
-    def requeue(self, using: str, queue: str, ids: list[int] | None) -> None:
+    # --- subcommands ---------------------------------------------------------------
+
+    def stats(self, using: str, *, as_json: bool) -> None:
+        stats = operations.queue_overview(using=using)
+        if as_json:
+            self._json([asdict(s) for s in stats])
+            return
+        if not stats:
+            self.stdout.write("No queues.")
+            return
+        rows = [
+            (
+                s.queue,
+                *map(str, (s.pending, s.scheduled, s.processing, s.overdue, s.dead)),
+                format_age(s.oldest_pending_age_s),
+            )
+            for s in stats
+        ]
+        self._table(STATS_COLUMNS, rows, "lrrrrrr")
+
+    def dead_list(self, using: str, queue: str | None, limit: int, *, as_json: bool) -> None:
+        dead = operations.list_dead(queue=queue, limit=limit, using=using)
+        if as_json:
+            self._json([asdict(job) for job in dead])
+            return
+        if not dead:
+            where = "" if queue is None else f" in queue {queue!r}"
+            self.stdout.write(f"No dead letters{where}.")
+            return
+        rows = [
+            (
+                str(job.id),
+                job.queue,
+                f"{job.attempts}/{job.max_attempts}",
+                format_timestamp(job.died_at),
+                error_summary(job.last_error),
+            )
+            for job in dead
+        ]
+        self._table(DEAD_COLUMNS, rows, "rlrll")
+
+    def dead_show(self, using: str, job_id: int, *, as_json: bool) -> None:
+        job = operations.get_dead(job_id, using=using)
+        if job is None:
+            raise CommandError(f"No dead letter with id {job_id}.")
+        if as_json:
+            self._json(asdict(job))
+            return
+        self._describe(job)
+
+    def _describe(self, job: Job) -> None:
+        fields = (
+            ("id", str(job.id)),
+            ("queue", job.queue),
+            ("attempts", f"{job.attempts} of {job.max_attempts}"),
+            ("died at", format_timestamp(job.died_at)),
+            ("enqueued at", format_timestamp(job.enqueued_at)),
+            ("run at", format_timestamp(job.run_at)),
+            ("expires at", format_timestamp(job.expires_at)),
+            ("priority", str(job.priority)),
+            ("last worker", job.worker_id or "-"),
+        )
+        width = max(len(name) for name, _ in fields)
+        for name, value in fields:
+            self.stdout.write(f"{name.ljust(width)}  {value}")
+        self.stdout.write("payload:")
+        payload = json.dumps(job.payload, indent=2, ensure_ascii=False, sort_keys=True)
+        self.stdout.write(payload)
+        self.stdout.write("error:")
+        self.stdout.write(job.last_error or "")
+
+    def requeue(self, using: str, queue: str, ids: list[int] | None, *, dry_run: bool) -> None:
+        if ids is not None:
+            # All or nothing: a mistyped id must not requeue the others silently.
+            missing = operations.missing_dead(ids, queue=queue, using=using)
+            if missing:
+                shown = ", ".join(map(str, missing[:MISSING_SHOWN]))
+                more = len(missing) - MISSING_SHOWN
+                raise CommandError(
+                    f"No dead letter {shown}{f' and {more} more' if more > 0 else ''} "
+                    f"in queue {queue!r}: nothing requeued."
+                )
+        if dry_run:
+            count = len(set(ids)) if ids is not None else operations.count_dead(queue, using=using)
+            if count == 0:
+                self._nothing_in(using, queue)
+            self.stdout.write(f"Would requeue {count} dead letter(s) of queue {queue!r}.")
+            return
         moved = operations.requeue_dead(
             ids, queue=queue, using=using, progress=self._progress("requeued")
         )
+        if moved == 0:
+            self._nothing_in(using, queue)
         self.stdout.write(
             self.style.SUCCESS(f"Requeued {moved} dead letter(s) of queue {queue!r}.")
+        )
+
+    @staticmethod
+    def _nothing_in(using: str, queue: str) -> None:
+        queues = operations.dead_letter_queues(using=using)
+        known = ", ".join(map(repr, queues)) if queues else "none"
+        raise CommandError(
+            f"Queue {queue!r} has no dead letters: nothing requeued. "
+            f"Queues with dead letters: {known}."
         )
 
     def purge(self, using: str, queue: str, older_than: str) -> None:
