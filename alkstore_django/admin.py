@@ -1,8 +1,10 @@
 """The operators' admin: dead letters, live jobs, schedules, locks and the queue overview.
 
-Read-only by default. Every action is one service call (``operations``) and a
-message; each is guarded by its own permission, so an action a user may not
-run is neither offered nor accepted from a forged POST.
+Read-only by default. Every action is one service call (``operations``), a
+History entry (``LogEntry``) and a message; each is guarded by its own
+permission, so an action a user may not run is neither offered nor accepted
+from a forged POST. Deleting dead letters goes through Django's own
+confirmation page.
 """
 
 from __future__ import annotations
@@ -10,66 +12,56 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin import DateFieldListFilter
-from django.contrib.auth import get_permission_codename
+from django.contrib.admin.actions import delete_selected
+from django.contrib.admin.models import DELETION
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import BooleanField, Case, Q, QuerySet, Value, When
 from django.db.models.functions import Now
-from django.http import HttpRequest, HttpResponse
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path
-from django.utils.formats import date_format
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
-from django.utils.text import Truncator
-from django.utils.timezone import localtime
 
 from . import operations
+from .admin_base import AlkstoreModelAdmin, JobIdSearchMixin
+from .admin_base import has_perm as _has_perm
+from .admin_base import pre as _pre
 from .conf import app_settings
-from .display import format_age, outcome_chart
-from .models import DeadJob, Job, JobState, Lock, Schedule
+from .display import error_summary, format_age, format_timestamp, outcome_chart
+from .models import DeadJob, Job, JobState, Lock, QueueOverview, Schedule
 from .outcomes import recent_outcomes
 
-ERROR_PREVIEW_CHARS = 80
 CHART_MINUTES = 60
 MARK = '<strong class="{}" style="color: #ba2121">{}</strong>'
+REFRESH_CHOICES_S = (5, 15, 60)
+MAX_REFRESH_S = 3600
+REQUEUED = "Requeued: pending, due now."
 
 
-def _has_perm(request: HttpRequest, opts: Any, action: str) -> bool:
-    return request.user.has_perm(f"{opts.app_label}.{get_permission_codename(action, opts)}")
+def can_view_overview(request: HttpRequest) -> bool:
+    """The overview shows live and dead counts: either view permission is enough."""
+    return _has_perm(request, DeadJob._meta, "view") or _has_perm(request, Job._meta, "view")
 
 
-def _pre(value: str) -> str:
-    return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', value)
-
-
-class AlkstoreModelAdmin(admin.ModelAdmin):
-    """Rows live in ``ALKSTORE["DATABASE"]``; forms are read-only."""
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
-        return super().get_queryset(request).using(app_settings.database)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-class JobIdSearchMixin:
-    """Search matches a job id exactly when the term is a number, besides the text fields."""
-
-    def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet, search_term: str
-    ) -> tuple[QuerySet, bool]:
-        found, may_have_duplicates = super().get_search_results(  # type: ignore[misc]
-            request, queryset, search_term
+def refresh_seconds(raw: str | None) -> int | None:
+    """Return the overview's ``?refresh=`` seconds (None: off); raise ValueError naming bad ones."""
+    if raw is None or raw == "":
+        return None
+    if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_REFRESH_S):
+        raise ValueError(
+            f"Invalid refresh {raw!r}: expected whole seconds from 1 to {MAX_REFRESH_S}, "
+            "or no refresh parameter for none."
         )
-        term = search_term.strip()
-        if term.isdigit() and int(term) < 2**63:
-            # Both sides start from the filtered queryset, so list filters still apply.
-            found |= queryset.filter(id=int(term))
-        return found, may_have_duplicates
+    return int(raw)
 
 
 class DeadQueueFilter(admin.SimpleListFilter):
@@ -101,8 +93,8 @@ class DeadJobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
     list_per_page = 50
     # The unfiltered total is a second count(*) per request; the filtered one is enough.
     show_full_result_count = False
-    # "delete_selected" replaces Django's per-object delete with one statement.
-    actions = ["requeue", "delete_selected"]
+    # Django's own delete action: its confirmation page, then delete_queryset below.
+    actions = ["requeue", delete_selected]
     fields = (
         "id",
         "queue",
@@ -121,9 +113,7 @@ class DeadJobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
 
     @admin.display(description="error")
     def error_preview(self, obj: DeadJob) -> str:
-        # A traceback's last line names the exception: the most telling part.
-        lines = [line for line in (obj.last_error or "").splitlines() if line.strip()]
-        return Truncator(lines[-1].strip() if lines else "").chars(ERROR_PREVIEW_CHARS)
+        return error_summary(obj.last_error)
 
     @admin.display(description="error")
     def error_full(self, obj: DeadJob) -> str:
@@ -138,24 +128,71 @@ class DeadJobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
 
     @admin.action(description="Requeue selected dead letters", permissions=["requeue"])
     def requeue(self, request: HttpRequest, queryset: QuerySet) -> None:
-        ids = list(queryset.values_list("pk", flat=True))
-        moved = operations.requeue_dead(ids, using=queryset.db)
+        selected = list(queryset.only("id", "queue"))
+        moved = operations.requeue_dead([d.pk for d in selected], using=queryset.db)
+        self.log_action(request, selected, REQUEUED)
         self.message_user(request, f"Requeued {moved} dead letter(s): pending, due now.")
 
-    @admin.action(description="Delete selected dead letters", permissions=["delete"])
-    def delete_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
-        ids = list(queryset.values_list("pk", flat=True))
-        deleted = operations.delete_dead(ids, using=queryset.db)
-        self.message_user(request, f"Deleted {deleted} dead letter(s).")
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        """One statement per 50,000 rows instead of Django's per-object delete."""
+        operations.delete_dead(queryset.values_list("pk", flat=True), using=queryset.db)
+
+    def delete_model(self, request: HttpRequest, obj: DeadJob) -> None:
+        operations.delete_dead([obj.pk], using=app_settings.database)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        extra = {**(extra_context or {}), "can_requeue": self.has_requeue_permission(request)}
+        return super().change_view(request, object_id, form_url, extra)
+
+    def requeue_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The detail page's Requeue button: POST only, with the requeue permission."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_requeue_permission(request):
+            raise PermissionDenied
+        dead = self.get_object(request, unquote(object_id))
+        changelist = reverse("admin:alkstore_django_deadjob_changelist")
+        if dead is None or not operations.requeue_dead([dead.pk], using=app_settings.database):
+            self.message_user(
+                request,
+                f"Dead letter {unquote(object_id)!r} is gone (requeued or deleted meanwhile): "
+                "nothing requeued.",
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(changelist)
+        self.log_action(request, [dead], REQUEUED)
+        self.message_user(request, f"Requeued dead letter {dead.pk}: pending, due now.")
+        if _has_perm(request, Job._meta, "view"):
+            # Same id: the operator follows the job to its run.
+            return HttpResponseRedirect(reverse("admin:alkstore_django_job_change", args=[dead.pk]))
+        return HttpResponseRedirect(changelist)
 
     def get_urls(self) -> list[URLPattern]:
         overview = self.admin_site.admin_view(self.overview_view)
-        return [path("overview/", overview, name="alkstore_django_overview"), *super().get_urls()]
+        requeue = self.admin_site.admin_view(self.requeue_view)
+        return [
+            path("overview/", overview, name="alkstore_django_overview"),
+            path("<path:object_id>/requeue/", requeue, name="alkstore_django_deadjob_requeue"),
+            *super().get_urls(),
+        ]
 
     def overview_view(self, request: HttpRequest) -> HttpResponse:
-        """The queue overview: per-queue counts and jobs finished per minute for an hour."""
-        if not (self.has_view_permission(request) or _has_perm(request, Job._meta, "view")):
+        """The queue overview: per-queue counts and jobs finished per minute for an hour.
+
+        ``?refresh=N`` reloads the page every N seconds (1 to 3600; off by default).
+        """
+        if not can_view_overview(request):
             raise PermissionDenied
+        try:
+            refresh_s = refresh_seconds(request.GET.get("refresh"))
+        except ValueError as exc:
+            return HttpResponseBadRequest(str(exc), content_type="text/plain; charset=utf-8")
         using = app_settings.database
         stats = operations.queue_overview(using=using)
         rows = [(s, format_age(s.oldest_pending_age_s)) for s in stats]
@@ -167,9 +204,38 @@ class DeadJobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
             "rows": rows,
             "chart": outcome_chart(recent_outcomes(using, CHART_MINUTES)),
             "chart_minutes": CHART_MINUTES,
+            "refresh_s": refresh_s,
+            "refresh_choices_s": REFRESH_CHOICES_S,
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/alkstore_django/overview.html", context)
+
+
+@admin.register(QueueOverview)
+class QueueOverviewAdmin(admin.ModelAdmin):
+    """The queue overview's entry on the admin index (a proxy model: no table, no permissions)."""
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return can_view_overview(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        opts = self.opts
+        view = self.admin_site.admin_view(self.to_overview)
+        return [path("", view, name=f"{opts.app_label}_{opts.model_name}_changelist")]
+
+    def to_overview(self, request: HttpRequest) -> HttpResponse:
+        if not can_view_overview(request):
+            raise PermissionDenied
+        return HttpResponseRedirect(reverse("admin:alkstore_django_overview"))
 
 
 class OverdueFilter(admin.SimpleListFilter):
@@ -244,7 +310,7 @@ class JobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
     def claim_deadline(self, obj: Job) -> str:
         if obj.claim_expires_at is None:
             return "-"
-        when = date_format(localtime(obj.claim_expires_at), "DATETIME_FORMAT")
+        when = format_timestamp(obj.claim_expires_at)
         if getattr(obj, "is_overdue", False):
             return format_html("{} " + MARK, when, "alk-overdue", "overdue")
         return when
@@ -262,8 +328,9 @@ class JobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
 
     @admin.action(description="Cancel selected jobs", permissions=["cancel"])
     def cancel(self, request: HttpRequest, queryset: QuerySet) -> None:
-        ids = list(queryset.values_list("pk", flat=True))
-        cancelled = operations.cancel_jobs(ids, using=queryset.db)
+        selected = list(queryset.only("id", "queue", "state"))
+        cancelled = operations.cancel_jobs([j.pk for j in selected], using=queryset.db)
+        self.log_action(request, selected, "Cancelled.", flag=DELETION)
         self.message_user(request, f"Cancelled {cancelled} job(s).")
 
 

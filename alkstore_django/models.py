@@ -159,6 +159,21 @@ class DeadJob(JobStamps):
         return _job_record(self, state="dead", died_at=self.died_at)
 
 
+class QueueOverview(Job):
+    """No table of its own: the queue overview's entry on the admin index.
+
+    Django's admin index lists models only; this proxy gives the overview
+    page a row there. It has no permissions: the overview needs
+    ``view_deadjob`` or ``view_job``.
+    """
+
+    class Meta:
+        proxy = True
+        verbose_name = "queue overview"
+        verbose_name_plural = "queue overview"
+        default_permissions = ()
+
+
 class Schedule(models.Model):
     """An interval schedule; its stamps are resolved when it is registered."""
 

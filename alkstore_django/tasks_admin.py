@@ -10,17 +10,16 @@ import json
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import QuerySet
-from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
+from .admin_base import AlkstoreModelAdmin, JobIdSearchMixin, pre
 from .conf import app_settings
 from .models import DeadJob, Job, TaskResult
 
 
 @admin.register(TaskResult)
-class TaskResultAdmin(admin.ModelAdmin):
+class TaskResultAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
     """Read-only: results are written by the worker in the outcome's transaction."""
 
     list_display = ("id", "task_path", "status", "backend", "queue", "enqueued_at", "finished_at")
@@ -49,23 +48,6 @@ class TaskResultAdmin(admin.ModelAdmin):
         "finished_at",
     )
     fields = readonly_fields
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
-        return super().get_queryset(request).using(app_settings.database)
-
-    def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet, search_term: str
-    ) -> tuple[QuerySet, bool]:
-        found, duplicates = super().get_search_results(request, queryset, search_term)
-        if search_term.strip().isdigit():
-            found = found | queryset.filter(id=int(search_term.strip()))
-        return found, duplicates
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="job")
     def job(self, obj: TaskResult) -> str:
@@ -97,9 +79,8 @@ class TaskResultAdmin(admin.ModelAdmin):
             f"{e.get('traceback', '')}"
             for e in obj.errors or []
         )
-        return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', text)
+        return pre(text)
 
 
 def _pre(value: Any) -> str:
-    pretty = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
-    return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', pretty)
+    return pre(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))

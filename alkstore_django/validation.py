@@ -18,6 +18,7 @@ MAX_NAME_LENGTH = 200
 # One hundred years: far past any real delay, well inside every datetime range.
 MAX_DURATION_S = 100 * 365 * 86_400
 MAX_INT32 = 2**31 - 1
+MAX_ID = 2**63 - 1
 # A JSON string (kept as is) or a float Python wrote with a positive exponent.
 _STRING_OR_EXPONENT_FLOAT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|(-?\d+(?:\.\d+)?[eE]\+\d+)')
 # json.dumps writes U+0000 as this escape; an odd run of backslashes before it is the escape.
@@ -104,6 +105,18 @@ def validate_int(name: str, value: object, *, minimum: int, maximum: int = MAX_I
             f"Invalid {name} {value!r}: expected an integer from {minimum} to {maximum}."
         )
     return value
+
+
+def parse_id(text: str) -> int | None:
+    """Return ``text`` as a row id when it is a whole ASCII number an id column holds, else None.
+
+    ``str.isdigit()`` alone accepts superscripts such as ``²``, which ``int()`` refuses.
+    """
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()):
+        return None
+    number = int(text)
+    return number if number <= MAX_ID else None
 
 
 def validate_priority(value: object) -> int:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.contrib.admin.models import DELETION, LogEntry
 from django.urls import reverse
 from django.utils import timezone
 
 from alkstore_django import store
 from alkstore_django.models import Job, Schedule
-from tests.factories import LockFactory, ScheduleFactory
+from tests.factories import DeadJobFactory, LockFactory, ScheduleFactory
 from tests.helpers import lapse_claim
 
 pytestmark = pytest.mark.django_db
@@ -25,6 +26,36 @@ def test_app_index__links_the_queue_overview(admin_client):
     response = admin_client.get(reverse("admin:app_list", args=["alkstore_django"]))
     assert response.status_code == 200
     assert reverse("admin:alkstore_django_overview") in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("codenames", "listed"),
+    [(("view_job",), True), (("view_deadjob",), True), (("view_schedule",), False)],
+)
+def test_admin_index__lists_the_queue_overview_for_who_may_see_it(staff_client, codenames, listed):
+    client = staff_client(*codenames)
+    entry = reverse("admin:alkstore_django_queueoverview_changelist")
+    html = client.get(reverse("admin:index")).content.decode()
+    assert (f'href="{entry}"' in html) is listed
+    assert ("Queue overview" in html) is listed
+    response = client.get(entry)
+    if listed:
+        assert response.status_code == 302
+        assert response.url == reverse("admin:alkstore_django_overview")
+    else:
+        assert response.status_code == 403
+
+
+def test_changelists__show_times_to_the_second(admin_client):
+    died_at = timezone.now().replace(microsecond=0) - timedelta(seconds=13)
+    DeadJobFactory(died_at=died_at)
+    LockFactory(name="a-lock", acquired_at=died_at)
+    ScheduleFactory(name="a-schedule", next_run_at=died_at)
+    store.queue("live.q").enqueue(1, run_at=died_at)
+    shown = f"{timezone.localtime(died_at):%Y-%m-%d %H:%M:%S}"
+    for model in ("deadjob", "lock", "schedule", "job"):
+        html = admin_client.get(reverse(f"admin:alkstore_django_{model}_changelist"))
+        assert shown in html.content.decode(), model
 
 
 def test_job_changelist__shows_worker_deadline_and_marks_overdue_claims(admin_client):
@@ -62,6 +93,10 @@ def test_cancel_action__deletes_selected_live_jobs(admin_client):
     kept = queue.enqueue(3)
     post_action(admin_client, reverse("admin:alkstore_django_job_changelist"), "cancel", doomed)
     assert list(Job.objects.values_list("id", flat=True)) == [kept]
+    entries = LogEntry.objects.filter(content_type__model="job").order_by("object_id")
+    assert [(e.object_id, e.action_flag, e.change_message) for e in entries] == [
+        (str(i), DELETION, "Cancelled.") for i in sorted(doomed)
+    ]
 
 
 def test_cancel_action__needs_delete_permission(staff_client):

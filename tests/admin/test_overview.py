@@ -61,3 +61,27 @@ def test_overview__needs_view_permission(staff_client):
 def test_overview__allowed_with_job_view_permission(staff_client):
     client = staff_client("view_job")
     assert client.get(reverse("admin:alkstore_django_overview")).status_code == 200
+
+
+def test_overview__does_not_refresh_unless_asked(admin_client):
+    html = admin_client.get(reverse("admin:alkstore_django_overview")).content.decode()
+    assert 'http-equiv="refresh"' not in html
+    assert 'href="?refresh=5"' in html
+
+
+def test_overview__refresh_reloads_the_page_every_n_seconds(admin_client):
+    response = admin_client.get(reverse("admin:alkstore_django_overview"), {"refresh": "15"})
+    html = response.content.decode()
+    assert '<meta http-equiv="refresh" content="15">' in html
+    assert "<strong>every 15 s</strong>" in html
+    assert 'href="?">off</a>' in html
+
+
+@pytest.mark.parametrize("value", ["0", "x", "1.5", "3601", "²"])
+def test_overview__a_bad_refresh_is_a_400_naming_it(admin_client, value):
+    response = admin_client.get(reverse("admin:alkstore_django_overview"), {"refresh": value})
+    assert response.status_code == 400
+    assert response.content.decode() == (
+        f"Invalid refresh {value!r}: expected whole seconds from 1 to 3600, "
+        "or no refresh parameter for none."
+    )

@@ -1,0 +1,124 @@
+"""What every alkstore admin shares: the store's database, read-only forms, id search,
+timestamps to the second, History entries, and a clear 400 for a NUL in the query string.
+
+``admin.py`` and ``tasks_admin.py`` build on these; an admin added later
+(schedules, workers) gets the same behaviour by extending ``AlkstoreModelAdmin``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.auth import get_permission_codename
+from django.core.exceptions import FieldDoesNotExist
+from django.db.models import DateTimeField, Model, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.utils.html import format_html
+
+from .conf import app_settings
+from .display import format_timestamp
+from .validation import parse_id
+
+
+def has_perm(request: HttpRequest, opts: Any, action: str) -> bool:
+    """Return whether the user holds ``action`` (view, delete, requeue…) on the model ``opts``."""
+    return request.user.has_perm(f"{opts.app_label}.{get_permission_codename(action, opts)}")
+
+
+def pre(value: str) -> str:
+    """Return ``value`` escaped in a wrapping ``<pre>``: payloads and errors are shown as text."""
+    return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', value)
+
+
+def seconds_column(model: type[Model], name: str) -> Callable[[Model], str]:
+    """Return a changelist column showing the datetime field ``name`` to the second.
+
+    Django's default ``DATETIME_FORMAT`` stops at the minute; operators compare
+    deaths and claim deadlines seconds apart. The column sorts by the field.
+    """
+    field = model._meta.get_field(name)
+    description = str(getattr(field, "verbose_name", name))
+
+    @admin.display(description=description, ordering=name)
+    def column(obj: Model) -> str:
+        return format_timestamp(getattr(obj, name))
+
+    column.__name__ = name  # keeps Django's "column-<name>" and "field-<name>" classes
+    return column
+
+
+class AlkstoreModelAdmin(admin.ModelAdmin):
+    """Rows live in ``ALKSTORE["DATABASE"]``; forms are read-only; times show seconds."""
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).using(app_settings.database)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        """Show every datetime field of ``list_display`` to the second."""
+        columns: list[Any] = []
+        for item in super().get_list_display(request):
+            if isinstance(item, str) and self._is_datetime_field(item):
+                columns.append(seconds_column(self.model, item))
+            else:
+                columns.append(item)
+        return columns
+
+    def _is_datetime_field(self, name: str) -> bool:
+        try:
+            return isinstance(self.model._meta.get_field(name), DateTimeField)
+        except FieldDoesNotExist:
+            return False
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # No stored text holds a NUL, and PostgreSQL refuses one in a query
+        # parameter (a 500 from a filter or search otherwise).
+        for key, values in request.GET.lists():
+            if any("\x00" in text for text in (key, *values)):
+                return HttpResponseBadRequest(
+                    f"Invalid query parameter {key!r}: a NUL character matches no stored "
+                    "value; remove it from the address.",
+                    content_type="text/plain; charset=utf-8",
+                )
+        return super().changelist_view(request, extra_context)
+
+    def log_action(
+        self, request: HttpRequest, objects: Iterable[Model], message: str, *, flag: int = CHANGE
+    ) -> None:
+        """Record ``message`` in Django's History (``LogEntry``) for each of ``objects``.
+
+        Pass the objects as they were before the action (a requeued dead letter
+        or a cancelled job is gone afterwards); ``flag`` is ``CHANGE`` or
+        ``DELETION`` from ``django.contrib.admin.models``.
+        """
+        rows = list(objects)
+        user_id = request.user.pk
+        assert user_id is not None, "admin views are for logged-in staff only"
+        if rows:
+            LogEntry.objects.log_actions(user_id, rows, flag, change_message=message)
+
+
+class JobIdSearchMixin:
+    """Search matches a job id exactly when the term is a number, besides the text fields."""
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet, search_term: str
+    ) -> tuple[QuerySet, bool]:
+        found, may_have_duplicates = super().get_search_results(  # type: ignore[misc]
+            request, queryset, search_term
+        )
+        job_id = parse_id(search_term)
+        if job_id is not None:
+            # Both sides start from the filtered queryset, so list filters still apply.
+            found |= queryset.filter(id=job_id)
+        return found, may_have_duplicates
