@@ -1,5 +1,8 @@
 """End to end in a real browser: log in, read the overview, requeue a dead letter, see it run.
 
+Also: delete dead letters through the confirmation page, and the task-results
+list fits a 1400 px window.
+
 Debian's ``chromium`` is driven by Playwright for Python (Playwright cannot
 download its own browser here). The test is skipped, with the reason, only
 when Playwright cannot be imported or the browser cannot be started.
@@ -23,7 +26,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from alkstore_django import store
-from alkstore_django.models import Job, OutcomeMinute
+from alkstore_django.models import DeadJob, Job, OutcomeMinute, TaskResult, TaskStatus
 from tests.factories import DeadJobFactory, LockFactory, ScheduleFactory
 from tests.helpers import lapse_claim
 from tests.testapp.models import Run
@@ -121,6 +124,18 @@ def populate() -> int:
     ScheduleFactory(name="cleanup", spec="@every 15m", interval_s=900, queue="maintenance")
     LockFactory(name="__alkstore_scheduler", owner="web-1:4242:9f2c", fence=3)
     LockFactory(name="report-export", expires_at=now - timedelta(minutes=3))
+    statuses = [TaskStatus.SUCCESSFUL, TaskStatus.FAILED, TaskStatus.READY]
+    for i in range(12):
+        status = statuses[i % 3]
+        TaskResult.objects.create(
+            id=20_000 + i,
+            backend="default",
+            queue="emails-transactional",
+            task_path=f"shop.notifications.tasks.send_order_confirmation_receipt_{i}",
+            status=status,
+            enqueued_at=now - timedelta(minutes=i),
+            finished_at=None if status == TaskStatus.READY else now - timedelta(minutes=i) / 2,
+        )
     target = DeadJobFactory(
         queue=QUEUE, payload={"order": 1042}, last_error="ConnectionError: payment API down"
     )
@@ -138,6 +153,7 @@ def test_operator_requeues_a_dead_letter_and_a_worker_runs_it(
     run = Run.objects.get(job_id=dead_id)
     assert (run.queue, run.attempt) == (QUEUE, 1)
     assert not Job.objects.filter(id=dead_id).exists()
+    assert DeadJob.objects.filter(queue="emails").count() == 13 - 2  # two deleted
 
 
 def drive(
@@ -146,14 +162,18 @@ def drive(
     """The operator's path through the admin; a worker process runs in the middle."""
     page = browser.new_page()
 
-    page.goto(f"{base}/admin/login/?next=/admin/alkstore_django/")
+    page.goto(f"{base}/admin/login/?next=/admin/")
     page.fill("#id_username", "operator")
     page.fill("#id_password", PASSWORD)
     page.click("input[type=submit]")
-    page.wait_for_url("**/admin/alkstore_django/")
+    page.wait_for_url("**/admin/")
+    assert page.locator('a[href$="/alkstore_django/queueoverview/"]').first.is_visible()
+    page.screenshot(path=str(screenshots / "admin-index.png"))
+
+    page.goto(f"{base}/admin/alkstore_django/")
     page.screenshot(path=str(screenshots / "app-index.png"))
 
-    page.click("text=Queue overview")
+    page.click("#content-main >> text=Queue overview")
     page.wait_for_selector("#alk-queues")
     page.click("#toggle-nav-sidebar")  # more room for the tables in the screenshots
     row = page.locator(f'tr[data-queue="{QUEUE}"] td')
@@ -170,12 +190,25 @@ def drive(
     assert page.locator("script:has-text('alert')").count() == 0  # shown, never run
     page.screenshot(path=str(screenshots / "dead-letter-detail.png"), full_page=True)
 
-    page.goto(f"{base}/admin/alkstore_django/deadjob/?queue={QUEUE}")
-    page.check(f'input[name="_selected_action"][value="{dead_id}"]')
-    page.select_option("select[name=action]", "requeue")
+    # Two dead letters deleted through Django's confirmation page.
+    page.goto(f"{base}/admin/alkstore_django/deadjob/?queue=emails")
+    page.locator('input[name="_selected_action"]').nth(0).check()
+    page.locator('input[name="_selected_action"]').nth(1).check()
+    page.select_option("select[name=action]", "delete_selected")
     page.click("button[name=index]")
+    page.wait_for_selector("form input[name=post]", state="attached")
+    assert "Are you sure you want to delete" in page.locator("#content").inner_text()
+    page.screenshot(path=str(screenshots / "delete-confirmation.png"))
+    page.click("input[type=submit]")
     page.wait_for_selector("ul.messagelist")
-    assert "Requeued 1 dead letter(s)" in page.locator("ul.messagelist").inner_text()
+    assert "Successfully deleted 2 dead letters." in page.locator("ul.messagelist").inner_text()
+
+    # The detail page's Requeue button: the job goes back under its id, and the page follows it.
+    page.goto(f"{base}/admin/alkstore_django/deadjob/{dead_id}/change/")
+    page.screenshot(path=str(screenshots / "dead-letter-requeue-button.png"))
+    page.click("form.alk-requeue button")
+    page.wait_for_url(f"**/admin/alkstore_django/job/{dead_id}/change/")
+    assert f"Requeued dead letter {dead_id}" in page.locator("ul.messagelist").inner_text()
     page.screenshot(path=str(screenshots / "requeued.png"))
 
     page.goto(f"{base}/admin/alkstore_django/job/")
@@ -198,4 +231,14 @@ def drive(
     page.screenshot(path=str(screenshots / "schedules.png"))
     page.goto(f"{base}/admin/alkstore_django/lock/")
     page.screenshot(path=str(screenshots / "locks.png"))
+
+    # The task results fit a 1400 px window, nav sidebar open, beside the filters.
+    page.set_viewport_size({"width": 1400, "height": 860})
+    page.goto(f"{base}/admin/alkstore_django/taskresult/")
+    if page.locator("#nav-sidebar").is_hidden():
+        page.click("#toggle-nav-sidebar")
+    results = page.locator("#changelist .results")
+    overflow = results.evaluate("el => el.scrollWidth - el.clientWidth")
+    assert overflow <= 0, f"the task-results table is {overflow} px too wide at 1400 px"
+    page.screenshot(path=str(screenshots / "task-results.png"))
     page.close()
