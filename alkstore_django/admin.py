@@ -35,6 +35,7 @@ from . import operations
 from .admin_base import AlkstoreModelAdmin, JobIdSearchMixin
 from .admin_base import has_perm as _has_perm
 from .admin_base import pre as _pre
+from .attempts import attempts_of
 from .conf import app_settings
 from .display import error_summary, format_age, format_timestamp, outcome_chart
 from .models import DeadJob, Job, JobState, Lock, QueueOverview, Schedule
@@ -101,6 +102,7 @@ class DeadJobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
         "died_at",
         "attempts",
         "error_full",
+        "attempt_history",
         "payload_pretty",
         "max_attempts",
         "priority",
@@ -122,6 +124,20 @@ class DeadJobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
     @admin.display(description="payload")
     def payload_pretty(self, obj: DeadJob) -> str:
         return _pre(json.dumps(obj.payload, indent=2, ensure_ascii=False, sort_keys=True))
+
+    @admin.display(description="attempt history")
+    def attempt_history(self, obj: DeadJob) -> str:
+        """Every failed attempt: when, on which worker, the error and the traceback's tail."""
+        history = attempts_of(obj.pk, app_settings.database)
+        if not history:
+            return "-"
+        return _pre(
+            "\n\n".join(
+                f"attempt {a.attempt} · {format_timestamp(a.failed_at)} · {a.worker_id or '-'}\n"
+                f"{a.error}" + (f"\n{a.traceback.rstrip()}" if a.traceback else "")
+                for a in history
+            )
+        )
 
     def has_requeue_permission(self, request: HttpRequest) -> bool:
         return _has_perm(request, self.opts, "requeue")
@@ -384,5 +400,5 @@ class LockAdmin(AlkstoreModelAdmin):
         return "held"
 
 
-# Django Tasks results, next to the jobs (kept in their own module).
-from . import tasks_admin  # noqa: E402, F401
+# Django Tasks results and the live workers, next to the jobs (in modules of their own).
+from . import tasks_admin, workers_admin  # noqa: E402, F401

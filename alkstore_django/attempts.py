@@ -12,14 +12,18 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.db.models import Exists, OuterRef
+from django.db.models import Count, Exists, OuterRef
+from django.db.models.functions import Now
 
+from .failures import TIMED_OUT_PREFIX
 from .models import Attempt, DeadJob, Job
 from .records import Job as JobRecord
 
 # An acked job's history is dropped by the sweep once it is this old.
 ORPHAN_AGE_S = 3_600
 PURGE_BATCH = 5_000
+# The overview counts time-outs over this window.
+TIMEOUTS_WINDOW_S = 3_600
 
 
 def record_attempt(
@@ -32,6 +36,7 @@ def record_attempt(
     """Add ``job``'s current attempt to its history (texts already cleaned and capped)."""
     Attempt.objects.using(using).create(
         job_id=job.id,
+        queue=job.queue,
         attempt=job.attempts,
         error=error,
         exception_class=exception_class or "",
@@ -45,14 +50,27 @@ def attempts_of(job_id: int, using: str) -> list[Attempt]:
     return list(Attempt.objects.using(using).filter(job_id=job_id).order_by("attempt", "id"))
 
 
+def recent_timeouts(using: str, within_s: float = TIMEOUTS_WINDOW_S) -> dict[str, int]:
+    """Return, per queue, how many attempts were stopped at their time limit lately."""
+    rows = (
+        Attempt.objects.using(using)
+        .filter(
+            failed_at__gte=Now() - timedelta(seconds=within_s),
+            error__startswith=TIMED_OUT_PREFIX,
+        )
+        .values("queue")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return {row["queue"]: row["n"] for row in rows}
+
+
 def purge_orphaned_attempts(using: str, now_minus_s: float = ORPHAN_AGE_S) -> int:
     """Delete the history of jobs that are gone (acked, or their dead letter purged).
 
     Only rows older than ``now_minus_s`` go, in batches of ``PURGE_BATCH``;
     returns how many went. The age is read on the database's clock.
     """
-    from django.db.models.functions import Now
-
     orphans = (
         Attempt.objects.using(using)
         .filter(failed_at__lt=Now() - timedelta(seconds=now_minus_s))

@@ -40,7 +40,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from .failures import describe
+from .failures import describe, timed_out
 from .job_runs import Outcome
 from .records import Job
 
@@ -145,7 +145,7 @@ class Child:
         if answer is None:
             if timeout_s is not None and self.process.poll() is None:
                 self.kill()
-                error = f"timed out after {timeout_s:g} s"
+                error = timed_out(timeout_s)
                 return Outcome(
                     "retry", error=error, duration_ms=(time.monotonic() - started) * 1000
                 )

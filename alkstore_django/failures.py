@@ -20,6 +20,14 @@ MAX_LOGGED_ERROR_CHARS = 1_000
 _TAIL_SHARE = 3 / 4
 
 
+TIMED_OUT_PREFIX = "timed out after "
+
+
+def timed_out(limit_s: float) -> str:
+    """Return the error of a run stopped at its time limit (both pools write this)."""
+    return f"{TIMED_OUT_PREFIX}{limit_s:g} s"
+
+
 def clean_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     """Return ``text`` storable by every engine: no NUL, no lone surrogate, at most ``limit``.
 

@@ -277,6 +277,7 @@ class Attempt(models.Model):
     """
 
     job_id = models.BigIntegerField()
+    queue = models.CharField(max_length=NAME_MAX_LENGTH)
     attempt = models.PositiveIntegerField()
     error = models.TextField()
     exception_class = models.CharField(max_length=500, blank=True, default="")
@@ -288,6 +289,8 @@ class Attempt(models.Model):
         indexes = [
             models.Index(fields=["job_id", "attempt"], name="alk_attempt_job"),
             models.Index(fields=["failed_at"], name="alk_attempt_failed"),
+            # The overview's "timed out in the last hour" per queue.
+            models.Index(fields=["queue", "failed_at"], name="alk_attempt_queue"),
         ]
 
     def __str__(self) -> str:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import transaction
 
+from .attempts import recent_timeouts
 from .conf import app_settings
 from .errors import InvalidArgument
 from .presence import live_workers
@@ -280,7 +281,8 @@ def queue_overview(*, using: str | None = None) -> list[QueueStats]:
     registered handler are listed. ``pending`` counts ready jobs; ``scheduled``
     those due later; ``overdue`` processing jobs whose claim deadline passed;
     ``oldest_pending_age_s`` is the wait of the oldest ready job; ``consumers``
-    the live workers running the queue (``unconsumed`` flags jobs nobody runs).
+    the live workers running the queue (``unconsumed`` flags jobs nobody runs);
+    ``timed_out`` the attempts stopped at their time limit in the last hour.
     """
     from .dialects.maintenance import maintenance_for
     from .handlers import registry
@@ -292,6 +294,7 @@ def queue_overview(*, using: str | None = None) -> list[QueueStats]:
     for worker in live_workers(_alias(using)):
         for name in worker.queues:
             consumers[name] = consumers.get(name, 0) + 1
+    timed_out = recent_timeouts(_alias(using))
     names = set(counts) | set(app_settings.queues) | set(registry.queues())
     result = []
     for name in sorted(names):
@@ -309,6 +312,7 @@ def queue_overview(*, using: str | None = None) -> list[QueueStats]:
                 ),
                 overdue=row.get("overdue", 0),
                 consumers=consumers.get(name, 0),
+                timed_out=timed_out.get(name, 0),
             )
         )
     return result

@@ -56,6 +56,8 @@ class QueueStats:
     overdue: int = 0
     # Live workers consuming the queue (seen within WORKER_TTL_S).
     consumers: int = 0
+    # Attempts stopped at their time limit within the last hour.
+    timed_out: int = 0
 
     @property
     def unconsumed(self) -> bool:

@@ -29,7 +29,7 @@ from .attempts import purge_orphaned_attempts
 from .children import KILL_GRACE_S
 from .conf import app_settings
 from .errors import InvalidArgument
-from .failures import describe
+from .failures import describe, timed_out
 from .handlers import HandlerRegistry, registry
 from .instruments import Instruments
 from .job_runs import (
@@ -459,7 +459,7 @@ class Worker:
             limit = held.handle.job.timeout_s
             if limit is None or held.started_at is None or now - held.started_at < limit:
                 continue
-            outcome = Outcome("retry", error=f"timed out after {limit:g} s")
+            outcome = Outcome("retry", error=timed_out(limit))
             result = settle(held.handle, outcome, held.handler, self.store.using)
             self._forget(held, reuse_slot=False)
             self.tally.record(held.handle.job, outcome, result)

@@ -214,3 +214,21 @@ def test_staff_with_requeue_permission__may_requeue_but_not_delete(staff_client)
 def test_staff_without_view_permission__cannot_see_dead_letters(staff_client):
     client = staff_client()
     assert client.get(changelist_url()).status_code == 403
+
+
+@pytest.mark.django_db(transaction=True)
+def test_detail__shows_every_failed_attempt(admin_client):
+    from alkstore_django import store
+    from alkstore_django.testing import run_ready_jobs
+    from tests.helpers import make_due
+
+    job_id = store.queue("t.raise", max_attempts=3).enqueue("p")
+    for _ in range(3):
+        run_ready_jobs(["t.raise"], worker_id="history-w")
+        make_due(job_id)
+    url = reverse("admin:alkstore_django_deadjob_change", args=[job_id])
+    html = admin_client.get(url).content.decode()
+    for attempt in (1, 2, 3):
+        assert f"attempt {attempt} · " in html
+    assert html.count("ValueError: boom p") >= 3
+    assert "history-w" in html

@@ -85,3 +85,24 @@ def test_overview__a_bad_refresh_is_a_400_naming_it(admin_client, value):
         f"Invalid refresh {value!r}: expected whole seconds from 1 to 3600, "
         "or no refresh parameter for none."
     )
+
+
+def test_overview__flags_a_queue_nobody_consumes_and_counts_recent_time_outs(admin_client):
+    from alkstore_django import presence
+    from alkstore_django.attempts import record_attempt
+    from alkstore_django.failures import timed_out
+
+    q = store.queue("ov.orphan")
+    q.enqueue("waiting")
+    store.queue("ov.slow").enqueue(1)
+    handle = store.queue("ov.slow").claim_one("w")
+    record_attempt("default", handle.job, timed_out(30))
+    presence.announce(
+        "default", "w-ov", queues=["ov.slow"], pool="processes", concurrency=1, counts=(0, 0, 0)
+    )
+    html = admin_client.get(reverse("admin:alkstore_django_overview")).content.decode()
+    orphan = html[html.index('data-queue="ov.orphan"') :].split("</tr>")[0]
+    assert 'class="alk-unconsumed"' in orphan
+    slow = html[html.index('data-queue="ov.slow"') :].split("</tr>")[0]
+    assert 'class="alk-unconsumed"' not in slow
+    assert '<span class="alk-timed-out">1</span>' in slow

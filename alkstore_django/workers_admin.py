@@ -1,0 +1,54 @@
+"""The live-workers page: every worker that announced itself within ``WORKER_TTL_S``.
+
+Registered from ``admin.py``. Rows are written by the workers themselves
+(``presence.py``); a worker that died without its sentinel stops being listed
+once its row is older than the TTL.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.db.models.functions import Now
+from django.http import HttpRequest
+
+from .admin_base import AlkstoreModelAdmin
+from .conf import app_settings
+from .models import LiveWorker
+
+
+@admin.register(LiveWorker)
+class LiveWorkerAdmin(AlkstoreModelAdmin):
+    list_display = (
+        "worker_id",
+        "host",
+        "pid",
+        "queue_names",
+        "pool",
+        "concurrency",
+        "acked",
+        "retried",
+        "dead",
+        "started_at",
+        "last_seen_at",
+    )
+    list_filter = ("pool", "host")
+    search_fields = ("worker_id", "host")
+    ordering = ("worker_id",)
+    readonly_fields = list_display
+    fields = list_display
+    actions = None
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        cutoff = Now() - timedelta(seconds=app_settings.worker_ttl_s)
+        return super().get_queryset(request).filter(last_seen_at__gte=cutoff)
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        # A worker leaves the list by stopping (or by falling silent), not by a click.
+        return False
+
+    @admin.display(description="queues")
+    def queue_names(self, obj: LiveWorker) -> str:
+        return ", ".join(obj.queues)
