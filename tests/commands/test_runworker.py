@@ -187,3 +187,35 @@ def test_lost_notification__is_covered_by_the_poll_and_the_listener_reconnects(s
 def test_bad_arguments__raise_command_error(args, message):
     with pytest.raises(CommandError, match=message):
         call_command("runworker", *args)
+
+
+@pytest.mark.timeout(60)
+def test_autoreload__a_code_change_restarts_the_worker_which_lets_its_jobs_go_first(
+    subprocess_env,
+):
+    from pathlib import Path
+
+    watched = Path(__file__).resolve().parent.parent / "testapp" / "pool_jobs.py"
+    cmd = [sys.executable, "-m", "django", "runworker", "--settings", "tests.settings"]
+    proc = subprocess.Popen(
+        [*cmd, "--queue", "t.record", "--autoreload"],
+        env=subprocess_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        first = store.queue("t.record").enqueue("before")
+        assert wait_for(lambda: Run.objects.filter(job_id=first).exists())
+        time.sleep(1.5)  # the reloader has taken its first look at the files
+        os.utime(watched)  # a new modification time is a change to the reloader
+        time.sleep(2.5)  # the stat reloader looks once a second
+        second = store.queue("t.record").enqueue("after")
+        assert wait_for(lambda: Run.objects.filter(job_id=second).exists())
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in its terminal: the reloader and its child
+        out, _ = proc.communicate(timeout=30)
+    assert out.count("worker started") == 2, out
+    assert out.count("worker stopped") == 2, out
+    assert not Job.objects.exists()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import signal
 import sys
+import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import autoreload
 
 from alkstore_django.conf import app_settings
 from alkstore_django.errors import AlkstoreError
@@ -27,6 +31,42 @@ MAX_COUNT = 1024
 EXIT_TIMED_OUT = 75
 MAX_GRACE_S = 86_400.0
 MAX_PORT = 65_535
+# Beyond the grace period, how long a code change waits for the worker to let go.
+AUTORELOAD_STOP_MARGIN_S = 5.0
+
+
+def serve_with_reloader(worker: Worker, stop: threading.Event) -> None:
+    """Run ``worker`` under Django's autoreloader, restarting it when code changes.
+
+    The reloader runs the worker in a thread and ends the process when a file
+    changes (or on SIGTERM): an exit hook first stops the worker the usual
+    way, so unstarted jobs go back and running ones get the grace period,
+    instead of waiting for their claims to lapse. A Ctrl-C stops the worker,
+    then the reloader (through the SIGTERM handler Django's reloader
+    installs). Development only: there is no sentinel (forking beside the
+    reloader's thread is not safe), so a crash leaves claims to lapse.
+    """
+    started, finished, reloading = threading.Event(), threading.Event(), threading.Event()
+
+    def serve() -> None:
+        started.set()
+        try:
+            worker.run(stop)
+        finally:
+            finished.set()
+            if not reloading.is_set():
+                # Stopped by a signal: end the reloader too (its SIGTERM handler exits).
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    def stop_worker() -> None:
+        if not started.is_set():
+            return  # the reloader's own process: the worker runs in its child
+        reloading.set()
+        stop.set()
+        finished.wait(worker.grace_s + AUTORELOAD_STOP_MARGIN_S)
+
+    atexit.register(stop_worker)
+    autoreload.run_with_reloader(serve)
 
 
 class Command(BaseCommand):
@@ -76,6 +116,11 @@ class Command(BaseCommand):
             help="Serve this worker's Prometheus metrics on this port (needs the 'metrics' extra).",
         )
         parser.add_argument(
+            "--autoreload",
+            action="store_true",
+            help="Development: restart the worker when Python code changes, as runserver does.",
+        )
+        parser.add_argument(
             "--grace-s",
             type=seconds(MAX_GRACE_S, zero_allowed=True),
             default=30.0,
@@ -110,6 +155,9 @@ class Command(BaseCommand):
                 instruments=instruments,
             )
             worker.build_queues()
+            if options["autoreload"]:
+                serve_with_reloader(worker, stop)
+                return
             start_sentinel(worker)
             if instruments.enabled:
                 # After the sentinel's fork: the server is a thread.
