@@ -7,16 +7,16 @@ from typing import Any
 
 from django.conf import settings
 from django.core import checks
+from django.db import connections
 
 from .conf import SETTING_KEYS, app_settings
 from .errors import AlkstoreError
 from .validation import validate_name, validate_queue_options
 
-SUPPORTED_VENDORS = {"postgresql", "sqlite"}
-
 
 def register() -> None:
     checks.register(check_settings, checks.Tags.compatibility)
+    checks.register(check_database_server, checks.Tags.database)
 
 
 def _error(msg: str, hint: str, id_: str) -> checks.Error:
@@ -32,28 +32,46 @@ def _positive_number(value: Any) -> bool:
         return False
 
 
-def _sqlite_warnings(alias: str) -> list[checks.CheckMessage]:
-    """Warn when a SQLite store would let a read-then-write transaction fail.
+def _engine_checks(alias: str) -> list[checks.CheckMessage]:
+    """Refuse a database engine alkstore has no dialect for; let the engine check its settings."""
+    from .dialects import SUPPORTED, dialect_class
 
-    A deferred transaction that reads before it writes cannot wait for the
-    write lock (SQLITE_BUSY_SNAPSHOT), so an enqueue inside such a block can
-    fail under load with "database is locked" whatever the timeout.
-    """
-    config = settings.DATABASES.get(alias, {})
-    if "sqlite3" not in config.get("ENGINE", ""):
+    if alias not in settings.DATABASES:
         return []
-    mode = str(config.get("OPTIONS", {}).get("transaction_mode", "")).upper()
-    if mode == "IMMEDIATE":
+    vendor = connections[alias].vendor
+    cls = dialect_class(vendor)
+    if cls is None:
+        engine = settings.DATABASES[alias].get("ENGINE", "")
+        return [
+            _error(
+                f"ALKSTORE['DATABASE'] {alias!r} uses {engine!r} (vendor {vendor!r}).",
+                f"alkstore_django supports {SUPPORTED}.",
+                "alkstore.E006",
+            )
+        ]
+    return cls.check_settings(alias, settings.DATABASES[alias])
+
+
+def check_database_server(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Refuse a server too old for alkstore's claims (``migrate``, ``check --database``)."""
+    from .dialects import dialect_class, dialect_for
+
+    alias = app_settings.database
+    if not databases or alias not in databases or alias not in settings.DATABASES:
+        return []
+    if dialect_class(connections[alias].vendor) is None:
+        return []
+    problem = dialect_for(alias).server_problem()
+    if problem is None:
         return []
     return [
-        checks.Warning(
-            f"DATABASES[{alias!r}] is SQLite without transaction_mode 'IMMEDIATE'.",
-            hint=(
-                'Set "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20} so '
-                "several processes can share the file without 'database is locked'."
-            ),
+        checks.Error(
+            f"DATABASES[{alias!r}]: {problem}",
+            hint="Upgrade the database server.",
             obj="settings.DATABASES",
-            id="alkstore.W001",
+            id="alkstore.E008",
         )
     ]
 
@@ -62,7 +80,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     """Validate every ALKSTORE key at start-up."""
     raw = getattr(settings, "ALKSTORE", None)
     if raw is None:
-        return _sqlite_warnings(app_settings.database)
+        return _engine_checks(app_settings.database)
     if not isinstance(raw, dict):
         return [
             _error(f"ALKSTORE is {type(raw).__name__}, not a dict.", "Use a dict.", "alkstore.E001")
@@ -86,18 +104,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                     "alkstore.E002",
                 )
             )
-    alias = app_settings.database
-    if alias in settings.DATABASES:
-        engine = settings.DATABASES[alias].get("ENGINE", "")
-        if not any(vendor in engine for vendor in SUPPORTED_VENDORS):
-            errors.append(
-                _error(
-                    f"ALKSTORE['DATABASE'] {alias!r} uses {engine!r}.",
-                    "alkstore_django supports PostgreSQL (psycopg 3) and SQLite.",
-                    "alkstore.E006",
-                )
-            )
-    errors += _sqlite_warnings(alias)
+    errors += _engine_checks(app_settings.database)
     queues = raw.get("QUEUES", {})
     if not isinstance(queues, dict):
         errors.append(

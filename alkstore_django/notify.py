@@ -72,6 +72,8 @@ def open_watcher(
     """Return the engine's watcher for ``channels`` (already-mapped channel names).
 
     ``queues`` are the queue names behind the channels, for an engine that
-    watches the job table itself rather than a channel (MariaDB/MySQL).
+    watches the job table itself rather than a channel (MariaDB/MySQL). The
+    watcher connects through ``listen_alias``, by default ``LISTEN_DATABASE``.
     """
-    return store.dialect.open_watcher(channels, queues=queues, listen_alias=listen_alias)
+    alias = listen_alias or app_settings.listen_database
+    return store.dialect.open_watcher(channels, queues=queues, listen_alias=alias)

@@ -8,10 +8,15 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
+
+from alkstore_django.dialects import dialect_class
 
 ROOT = Path(__file__).resolve().parent.parent
-VENDOR = "postgresql" if "postgresql" in settings.DATABASES["default"]["ENGINE"] else "sqlite"
+ENGINE = settings.DATABASES["default"]["ENGINE"]
+VENDOR = next((v for v in ("postgresql", "mysql") if v in ENGINE), "sqlite")
+# The engine's capability flags: tests branch on these, as the package does.
+DIALECT = dialect_class(VENDOR)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -31,19 +36,53 @@ def postgres_only(reason: str) -> pytest.MarkDecorator:
 
 
 def sqlite_only(reason: str) -> pytest.MarkDecorator:
-    """Skip on PostgreSQL: the test pins SQLite's own behaviour."""
+    """Skip elsewhere: the test pins SQLite's own behaviour."""
     return pytest.mark.skipif(VENDOR != "sqlite", reason=f"SQLite only: {reason}")
 
 
-def database_url() -> str:
+def mysql_only(reason: str) -> pytest.MarkDecorator:
+    """Skip elsewhere: the test pins MariaDB/MySQL's own behaviour."""
+    return pytest.mark.skipif(VENDOR != "mysql", reason=f"MariaDB/MySQL only: {reason}")
+
+
+def needs(capability: str, reason: str) -> pytest.MarkDecorator:
+    """Skip on an engine whose dialect lacks ``capability`` (a ``Dialect.supports_*`` flag)."""
+    return pytest.mark.skipif(
+        not getattr(DIALECT, capability), reason=f"{VENDOR} lacks {capability}: {reason}"
+    )
+
+
+def database_url(alias: str = "default") -> str:
     """Return a DATABASE_URL for the database the tests are using (the test database)."""
+    connection = connections[alias]
     s = connection.settings_dict
     if connection.vendor == "sqlite":
         return f"sqlite:///{s['NAME']}"
-    user = s.get("USER") or "postgres"
+    scheme, user, port = {"mysql": ("mysql", "root", 3306)}.get(
+        connection.vendor, ("postgres", "postgres", 5432)
+    )
+    user = s.get("USER") or user
     host = s.get("HOST") or "127.0.0.1"
-    port = s.get("PORT") or 5432
-    return f"postgres://{user}@{host}:{port}/{s['NAME']}"
+    port = s.get("PORT") or port
+    return f"{scheme}://{user}@{host}:{port}/{s['NAME']}"
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """Behind a pooler, close its server connections before the test database is dropped.
+
+    PgBouncer keeps idle server connections to the test database, and
+    PostgreSQL refuses to drop a database that has sessions.
+    """
+    yield
+    if "direct" not in settings.DATABASES:
+        return
+    with django_db_blocker.unblock(), connections["direct"].cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    connections["direct"].close()
 
 
 @pytest.fixture
@@ -51,6 +90,11 @@ def subprocess_env() -> dict[str, str]:
     """Environment for a child ``manage.py``/python process on the test database."""
     env = dict(os.environ)
     env["DATABASE_URL"] = database_url()
+    if "direct" in settings.DATABASES:
+        # Past the pooler, to the same test database (the alias mirrors default).
+        env["DIRECT_DATABASE_URL"] = database_url("direct").replace(
+            connections["direct"].settings_dict["NAME"], connection.settings_dict["NAME"]
+        )
     env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env["PYTHONUNBUFFERED"] = "1"

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, ClassVar
 
+from django.core import checks
 from django.db import connections
 
 from ..models import DeadJob, Job, Lock, OutcomeMinute, Schedule
@@ -126,6 +127,11 @@ class Dialect:
     @classmethod
     def prepare_connection(cls, connection: Any) -> None:
         """Configure a new connection of this vendor (``connection_created``); default: nothing."""
+
+    @classmethod
+    def check_settings(cls, alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
+        """Return system-check warnings about the alias's ``DATABASES`` entry; default: none."""
+        return []
 
     @classmethod
     def prepare_schema(cls, schema_editor: Any, tables: Sequence[str]) -> None:

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from django.core import checks
 from django.db import connections
 from django.utils.dateparse import parse_datetime
 
@@ -48,6 +49,29 @@ class SqliteDialect(OnConflictDialect):
     """SQLite 3.35+ in WAL mode: one writer at a time, readers never blocked."""
 
     vendor = "sqlite"
+
+    @classmethod
+    def check_settings(cls, alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
+        """Warn when a read-then-write transaction could fail with "database is locked".
+
+        A deferred transaction that reads before it writes cannot wait for the
+        write lock (SQLITE_BUSY_SNAPSHOT), so an enqueue inside such a block can
+        fail under load whatever the timeout.
+        """
+        mode = str(config.get("OPTIONS", {}).get("transaction_mode", "")).upper()
+        if mode == "IMMEDIATE":
+            return []
+        return [
+            checks.Warning(
+                f"DATABASES[{alias!r}] is SQLite without transaction_mode 'IMMEDIATE'.",
+                hint=(
+                    'Set "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20} so '
+                    "several processes can share the file without 'database is locked'."
+                ),
+                obj="settings.DATABASES",
+                id="alkstore.W001",
+            )
+        ]
 
     @classmethod
     def prepare_connection(cls, connection: Any) -> None:
