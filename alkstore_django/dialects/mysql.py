@@ -277,12 +277,13 @@ class MysqlDialect(Dialect):
         def body(cursor: Any) -> tuple[list[int], list[JobRecord]]:
             now = self._read_now(cursor)
             acked = self._delete_fenced(cursor, ack_worker_id, fences, now) if fences else []
-            cursor.execute(
-                f"SELECT id, attempts < max_attempts FROM {JOB_TABLE} WHERE queue = %s "
-                "AND state = 'processing' AND claim_expires_at <= %s FOR UPDATE SKIP LOCKED",
+            lapsed = self._lock_matching(
+                cursor,
+                "queue = %s AND state = 'processing' AND claim_expires_at <= %s",
                 [queue, now],
+                columns="id, attempts < max_attempts",
+                skip_locked=True,
             )
-            lapsed = cursor.fetchall()
             dead = [row[0] for row in lapsed if not row[1]]
             self._move_to_dead(cursor, dead, "max attempts exceeded", now)
             revive = [row[0] for row in lapsed if row[1]]
@@ -293,8 +294,12 @@ class MysqlDialect(Dialect):
                     f"claim_expires_at = NULL WHERE {match}",
                     params,
                 )
+            # Forced: a scan of any other index (a small table invites one)
+            # would lock, test and let go of other queues' rows, and a
+            # concurrent claim there would skip them as if they were taken.
             cursor.execute(
-                f"SELECT id FROM {JOB_TABLE} WHERE queue = %s AND state = 'pending' "
+                f"SELECT id FROM {JOB_TABLE} FORCE INDEX ({CLAIM_INDEX}) "
+                "WHERE queue = %s AND state = 'pending' "
                 "AND run_at <= %s AND (expires_at IS NULL OR expires_at > %s) "
                 "ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED",
                 [queue, now, now, n],
@@ -315,6 +320,34 @@ class MysqlDialect(Dialect):
         acked, jobs = self._transaction(body)
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
         return acked, jobs
+
+    @staticmethod
+    def _lock_matching(
+        cursor: Any,
+        where: str,
+        params: Sequence[Any],
+        *,
+        columns: str = "id",
+        skip_locked: bool = False,
+    ) -> list[Any]:
+        """Lock the live rows matching ``where`` and return ``columns`` of each.
+
+        A plain read finds the candidates, then they are locked by primary key
+        with ``where`` tested again. A locking scan would lock every row it
+        reads and let go of those that do not match, and for that moment a
+        concurrent ``SKIP LOCKED`` claim would skip them.
+        """
+        cursor.execute(f"SELECT id FROM {JOB_TABLE} WHERE {where}", list(params))
+        candidates = [row[0] for row in cursor.fetchall()]
+        if not candidates:
+            return []
+        lock = "FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE"
+        cursor.execute(
+            f"SELECT {columns} FROM {JOB_TABLE} WHERE id IN ({marks(len(candidates))}) "
+            f"AND {where} {lock}",
+            [*candidates, *params],
+        )
+        return list(cursor.fetchall())
 
     def _delete_fenced(
         self, cursor: Any, worker_id: str, fences: Sequence[tuple[int, int]], now: datetime
@@ -349,11 +382,8 @@ class MysqlDialect(Dialect):
     def bury(self, where: str, params: list[Any], error: str) -> int:
         def body(cursor: Any) -> int:
             now = self._read_now(cursor)
-            cursor.execute(
-                f"SELECT id FROM {JOB_TABLE} WHERE {where.format(now='%s')} FOR UPDATE",
-                [*params, now],
-            )
-            return self._move_to_dead(cursor, [row[0] for row in cursor.fetchall()], error, now)
+            rows = self._lock_matching(cursor, where.format(now="%s"), [*params, now])
+            return self._move_to_dead(cursor, [row[0] for row in rows], error, now)
 
         return self._transaction(body)
 
