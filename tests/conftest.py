@@ -17,6 +17,8 @@ ENGINE = settings.DATABASES["default"]["ENGINE"]
 VENDOR = next((v for v in ("postgresql", "mysql") if v in ENGINE), "sqlite")
 # The engine's capability flags: tests branch on these, as the package does.
 DIALECT = dialect_class(VENDOR)
+# scripts/test.sh's pgbouncer run: "default" goes through PgBouncer, "direct" past it.
+POOLED = "direct" in settings.DATABASES
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -43,6 +45,11 @@ def sqlite_only(reason: str) -> pytest.MarkDecorator:
 def mysql_only(reason: str) -> pytest.MarkDecorator:
     """Skip elsewhere: the test pins MariaDB/MySQL's own behaviour."""
     return pytest.mark.skipif(VENDOR != "mysql", reason=f"MariaDB/MySQL only: {reason}")
+
+
+def unpooled(reason: str) -> pytest.MarkDecorator:
+    """Skip when the suite runs behind a transaction-mode pooler (scripts/test.sh pgbouncer)."""
+    return pytest.mark.skipif(POOLED, reason=f"not behind a transaction-mode pooler: {reason}")
 
 
 def needs(capability: str, reason: str) -> pytest.MarkDecorator:
