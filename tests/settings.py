@@ -26,6 +26,10 @@ elif DATABASES["default"]["ENGINE"].endswith("mysql"):
     DATABASES["default"]["OPTIONS"] = {"charset": "utf8mb4"}
     DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_nopad_bin"}
 
+# An engine alkstore has no dialect for (never connected to): for the checks' E006
+# and dialect_for's refusal.
+DATABASES["legacy"] = {"ENGINE": "django.db.backends.dummy"}
+
 if os.environ.get("DIRECT_DATABASE_URL"):
     # Behind a transaction-mode pooler (scripts/test.sh's pgbouncer run), as
     # docs/deployment.md advises: no server-side cursors or named prepared

@@ -20,6 +20,8 @@ the watched queues' claimable rows and the message table that
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import random
 import time
@@ -30,7 +32,7 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from django.core import checks
-from django.db import OperationalError, transaction
+from django.db import DatabaseError, OperationalError, transaction
 
 from ..models import ChannelMessage
 from ..records import EnqueueStamps
@@ -66,6 +68,7 @@ TRANSACTION_ATTEMPTS = 5
 MARIADB_COLLATION = "utf8mb4_nopad_bin"
 MYSQL_COLLATION = "utf8mb4_0900_bin"
 CLAIM_INDEX = "alk_job_claim"
+LAPSED_BATCH = 1_000
 
 T = TypeVar("T")
 
@@ -153,8 +156,8 @@ class MysqlDialect(Dialect):
         )
 
     @cached_property
-    def _insert_returning(self) -> bool:
-        """MariaDB 10.5+ has ``INSERT … RETURNING``; MySQL has none."""
+    def _returning(self) -> bool:
+        """MariaDB has ``INSERT … RETURNING`` (10.5+) and ``DELETE … RETURNING``; MySQL has none."""
         return bool(self.connection.mysql_is_mariadb)
 
     # --- hooks ----------------------------------------------------------------------
@@ -169,7 +172,10 @@ class MysqlDialect(Dialect):
 
         InnoDB rolls a deadlocked transaction back whole, so only a
         transaction of our own can be run again: inside the caller's
-        ``atomic()`` block the error is the caller's.
+        ``atomic()`` block the error is the caller's. Our own is an explicit
+        ``START TRANSACTION`` … ``COMMIT`` on the autocommit connection: two
+        round trips, where ``atomic()`` takes three (autocommit off, commit,
+        autocommit on), on the worker's every cycle.
         """
         connection = self.connection
         if connection.in_atomic_block:
@@ -177,8 +183,16 @@ class MysqlDialect(Dialect):
                 return body(cursor)
         for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
             try:
-                with transaction.atomic(using=self.using), connection.cursor() as cursor:
-                    return body(cursor)
+                with connection.cursor() as cursor:
+                    cursor.execute("START TRANSACTION")
+                    try:
+                        result = body(cursor)
+                    except BaseException:
+                        with contextlib.suppress(DatabaseError):
+                            cursor.execute("ROLLBACK")
+                        raise
+                    cursor.execute("COMMIT")
+                    return result
             except OperationalError as exc:
                 if _error_code(exc) not in RETRYABLE_ERRORS or attempt == TRANSACTION_ATTEMPTS:
                     raise
@@ -254,7 +268,7 @@ class MysqlDialect(Dialect):
             + ", ".join([row] * len(payloads))
         )
         with self.connection.cursor() as cursor:
-            if self._insert_returning:
+            if self._returning:
                 cursor.execute(sql + " RETURNING id", params)
                 return sorted(row[0] for row in cursor.fetchall())
             # One multi-row INSERT takes consecutive auto-increment values
@@ -275,15 +289,8 @@ class MysqlDialect(Dialect):
         # transaction: the revived rows are ours (locked by us), so the claim's
         # SKIP LOCKED does not skip them and they compete on priority as new ones.
         def body(cursor: Any) -> tuple[list[int], list[JobRecord]]:
-            now = self._read_now(cursor)
-            acked = self._delete_fenced(cursor, ack_worker_id, fences, now) if fences else []
-            lapsed = self._lock_matching(
-                cursor,
-                "queue = %s AND state = 'processing' AND claim_expires_at <= %s",
-                [queue, now],
-                columns="id, attempts < max_attempts",
-                skip_locked=True,
-            )
+            acked = self._delete_fenced(cursor, ack_worker_id, fences) if fences else []
+            now, lapsed = self._now_and_lapsed(cursor, queue)
             dead = [row[0] for row in lapsed if not row[1]]
             self._move_to_dead(cursor, dead, "max attempts exceeded", now)
             revive = [row[0] for row in lapsed if row[1]]
@@ -321,6 +328,32 @@ class MysqlDialect(Dialect):
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
         return acked, jobs
 
+    def _now_and_lapsed(self, cursor: Any, queue: str) -> tuple[datetime, list[Any]]:
+        """Read the clock and lock the queue's lapsed claims: (now, [(id, has attempts left)]).
+
+        One round trip finds both (the candidates ride the clock's row); the
+        candidates are then locked by primary key, skipping those another
+        claimant holds. At most ``LAPSED_BATCH`` per claim: the rest wait for
+        the next one.
+        """
+        cursor.execute(
+            f"SELECT {NOW}, (SELECT JSON_ARRAYAGG(id) FROM (SELECT id FROM {JOB_TABLE} "
+            "WHERE queue = %s AND state = 'processing' AND claim_expires_at <= "
+            f"{NOW} LIMIT {LAPSED_BATCH}) AS lapsed)",
+            [queue],
+        )
+        now, candidates = cursor.fetchone()
+        if not candidates:
+            return now, []
+        ids = json.loads(candidates)
+        cursor.execute(
+            f"SELECT id, attempts < max_attempts FROM {JOB_TABLE} WHERE id IN "
+            f"({marks(len(ids))}) AND state = 'processing' AND claim_expires_at <= %s "
+            "FOR UPDATE SKIP LOCKED",
+            [*ids, now],
+        )
+        return now, list(cursor.fetchall())
+
     @staticmethod
     def _lock_matching(
         cursor: Any,
@@ -350,16 +383,21 @@ class MysqlDialect(Dialect):
         return list(cursor.fetchall())
 
     def _delete_fenced(
-        self, cursor: Any, worker_id: str, fences: Sequence[tuple[int, int]], now: datetime
+        self, cursor: Any, worker_id: str, fences: Sequence[tuple[int, int]]
     ) -> list[int]:
-        """Delete the rows still under these claims; return their ids (no DELETE … RETURNING)."""
+        """Delete the rows still under these claims; return their ids."""
         match, params = self.ids_sql([job_id for job_id, _ in fences])
         pairs = ", ".join(["(%s, %s)"] * len(fences))
-        cursor.execute(
-            f"SELECT id FROM {JOB_TABLE} WHERE {match} AND (id, generation) IN ({pairs}) "
-            "AND worker_id = %s AND state = 'processing' AND claim_expires_at > %s FOR UPDATE",
-            [*params, *(value for fence in fences for value in fence), worker_id, now],
+        where = (
+            f"{match} AND (id, generation) IN ({pairs}) AND worker_id = %s "
+            f"AND state = 'processing' AND claim_expires_at > {NOW}"
         )
+        params += [*(value for fence in fences for value in fence), worker_id]
+        if self._returning:
+            cursor.execute(f"DELETE FROM {JOB_TABLE} WHERE {where} RETURNING id", params)
+            return [row[0] for row in cursor.fetchall()]
+        # MySQL has no DELETE … RETURNING: lock the rows to learn their ids first.
+        cursor.execute(f"SELECT id FROM {JOB_TABLE} WHERE {where} FOR UPDATE", params)
         ids = [row[0] for row in cursor.fetchall()]
         if ids:
             match, params = self.ids_sql(ids)
@@ -398,9 +436,7 @@ class MysqlDialect(Dialect):
     def ack_fenced(self, worker_id: str, fences: Sequence[tuple[int, int]]) -> list[int]:
         if not fences:
             return []
-        return self._transaction(
-            lambda cursor: self._delete_fenced(cursor, worker_id, fences, self._read_now(cursor))
-        )
+        return self._transaction(lambda cursor: self._delete_fenced(cursor, worker_id, fences))
 
     def notify(self, channel: str, payload: str) -> None:
         # A message row, read by the listeners' watchers (which also trim old ones).

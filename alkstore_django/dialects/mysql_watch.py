@@ -15,11 +15,13 @@ Each poll is one round trip on the watcher's own autocommit connection:
   ids it already delivered: a notification whose transaction commits later
   than that after sending is not delivered.
 
-The interval starts at ``MIN_POLL_S`` after anything was found and grows by
-``POLL_GROWTH`` per empty poll up to ``MAX_POLL_S``: a busy worker is woken
-within a few milliseconds, an idle one costs the server some twenty cheap
-reads a second. The watcher also deletes messages older than
-``MESSAGE_RETENTION_S``, so the table stays a short tail.
+The interval drops to ``MIN_POLL_S`` when something new is found (a message,
+or a queue turning ready) and grows by ``POLL_GROWTH`` per poll otherwise, up
+to ``MAX_POLL_S``: a worker that was busy a moment ago is woken within a few
+milliseconds, an idle one, or one draining a standing backlog (which wakes
+itself as its jobs finish), costs the server some twenty cheap reads a
+second. The watcher also deletes messages older than ``MESSAGE_RETENTION_S``,
+so the table stays a short tail.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class MysqlWatcher(Watcher):
         self.queues = queues
         self.interval_s = MIN_POLL_S
         self.reconnects = 0
+        self._was_ready = False
         self._conn: Any = None
         self._floor = 0
         self._seen: set[int] = set()
@@ -156,10 +159,15 @@ class MysqlWatcher(Watcher):
                 self.close()
                 time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
                 continue
+            arrived = messages or (ready and not self._was_ready)
+            self._was_ready = ready
+            # News resets the pace; a backlog that stays ready does not (the
+            # worker is busy draining it and wakes itself), so it backs off.
+            self.interval_s = (
+                MIN_POLL_S if arrived else min(self.interval_s * POLL_GROWTH, MAX_POLL_S)
+            )
             if messages or (ready and wake_on_ready):
-                self.interval_s = MIN_POLL_S
                 return messages if messages else None
-            self.interval_s = min(self.interval_s * POLL_GROWTH, MAX_POLL_S)
 
     def receive(self, timeout_s: float) -> list[tuple[str, str]]:
         return self._watch(timeout_s, wake_on_ready=False) or []
