@@ -27,7 +27,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any, TypeVar
 
@@ -305,28 +305,47 @@ class MysqlDialect(Dialect):
             # would lock, test and let go of other queues' rows, and a
             # concurrent claim there would skip them as if they were taken.
             cursor.execute(
-                f"SELECT id FROM {JOB_TABLE} FORCE INDEX ({CLAIM_INDEX}) "
+                f"SELECT {JOB_SELECT} FROM {JOB_TABLE} FORCE INDEX ({CLAIM_INDEX}) "
                 "WHERE queue = %s AND state = 'pending' "
                 "AND run_at <= %s AND (expires_at IS NULL OR expires_at > %s) "
                 "ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED",
                 [queue, now, now, n],
             )
-            ids = [row[0] for row in cursor.fetchall()]
-            if not ids:
-                return acked, []
-            match, params = self.ids_sql(ids)
-            cursor.execute(
-                f"UPDATE {JOB_TABLE} SET state = 'processing', attempts = attempts + 1, "
-                f"generation = generation + 1, worker_id = %s, "
-                f"claim_expires_at = {_plus('%s', 'visibility_timeout_s')} WHERE {match}",
-                [worker_id, now, *params],
-            )
-            cursor.execute(f"SELECT {JOB_SELECT} FROM {JOB_TABLE} WHERE {match}", params)
-            return acked, [self.job_from_row(row) for row in cursor.fetchall()]
+            return acked, self._mark_claimed(cursor, cursor.fetchall(), worker_id, now)
 
         acked, jobs = self._transaction(body)
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
         return acked, jobs
+
+    def _mark_claimed(
+        self, cursor: Any, rows: Sequence[Sequence[Any]], worker_id: str, now: datetime
+    ) -> list[JobRecord]:
+        """Claim the locked pending ``rows`` (full job rows) and return them as claimed.
+
+        There is no ``UPDATE … RETURNING``, so rather than read the rows back
+        the claim writes values it knows: each deadline is computed here, from
+        the database clock ``now``, and written as is (one ``UPDATE`` per
+        distinct visibility timeout, usually one).
+        """
+        by_deadline: dict[datetime, list[int]] = {}
+        claimed = []
+        for row in rows:
+            deadline = now + timedelta(microseconds=round(row[7] * 1_000_000))
+            by_deadline.setdefault(deadline, []).append(row[0])
+            values = list(row)
+            values[5] += 1  # attempts
+            values[10], values[11], values[12] = "processing", worker_id, deadline
+            values[15] += 1  # generation
+            claimed.append(self.job_from_row(values))
+        for deadline, ids in by_deadline.items():
+            match, params = self.ids_sql(ids)
+            cursor.execute(
+                f"UPDATE {JOB_TABLE} SET state = 'processing', attempts = attempts + 1, "
+                "generation = generation + 1, worker_id = %s, claim_expires_at = %s "
+                f"WHERE {match}",
+                [worker_id, deadline, *params],
+            )
+        return claimed
 
     def _now_and_lapsed(self, cursor: Any, queue: str) -> tuple[datetime, list[Any]]:
         """Read the clock and lock the queue's lapsed claims: (now, [(id, has attempts left)]).
