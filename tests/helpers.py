@@ -85,7 +85,11 @@ def fill_pending(queue: str, n: int) -> None:
 
 
 def analyze_tables() -> None:
-    """Refresh the planner's statistics of the job tables."""
+    """Refresh the planner's statistics of the job tables.
+
+    On MariaDB/MySQL ``ANALYZE TABLE`` commits the open transaction: a test
+    that calls this there must be a transactional one.
+    """
     from django.db import connection
 
     with connection.cursor() as cursor:

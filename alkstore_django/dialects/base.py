@@ -472,164 +472,35 @@ class Dialect:
         row = self._fetchall(sql, [*now_params, True])[0]
         return self._seconds_until(row[0], row[1])
 
+    # --- operators (standard SQL in operators.OperatorDialect) -----------------------------
+
     def set_schedules_enabled(self, ids: Sequence[int], enabled: bool) -> int:
-        """Pause or resume schedules; return how many rows changed.
-
-        Resuming moves a ``next_run_at`` that passed while paused to the first
-        boundary after now, so a long pause is not replayed as a burst of fires.
-        """
-        now, now_params = self.now_sql()
-        if enabled:
-            sets = (
-                f"enabled = %s, updated_at = {now}, next_run_at = CASE WHEN next_run_at <= {now} "
-                f"THEN {self.next_boundary_sql(now)} ELSE next_run_at END"
-            )
-            params = [True, *now_params, *now_params, *now_params]
-        else:
-            sets = f"enabled = %s, updated_at = {now}"
-            params = [False, *now_params]
-        match, match_params = self.ids_sql(ids)
-        sql = f"UPDATE {SCHEDULE_TABLE} SET {sets} WHERE {match} AND enabled = %s"
-        return self._rowcount(sql, [*params, *match_params, not enabled])
-
-    # --- operators: dead letters, the overview, outcome counters -------------------------
+        """Pause or resume schedules; return how many rows changed."""
+        raise NotImplementedError
 
     def dead_ids(self, queue: str, after_id: int, limit: int) -> list[int]:
         """Return up to ``limit`` ids of ``queue``'s dead letters above ``after_id``, ascending."""
-        sql = f"SELECT id FROM {DEAD_TABLE} WHERE queue = %s AND id > %s ORDER BY id LIMIT %s"
-        return [row[0] for row in self._fetchall(sql, [queue, after_id, limit])]
+        raise NotImplementedError
 
     def dead_queues(self) -> list[str]:
-        """Return the queues that have dead letters, sorted.
-
-        A loose index scan: one probe of the (queue, died_at) index per queue,
-        instead of reading every dead letter as ``SELECT DISTINCT`` would.
-        """
-        sql = (
-            f"WITH RECURSIVE q(queue) AS (SELECT min(queue) FROM {DEAD_TABLE} UNION ALL "
-            f"SELECT (SELECT min(queue) FROM {DEAD_TABLE} WHERE queue > q.queue) FROM q "
-            "WHERE q.queue IS NOT NULL) SELECT queue FROM q WHERE queue IS NOT NULL"
-        )
-        return [row[0] for row in self._fetchall(sql, [])]
+        """Return the queues that have dead letters, sorted."""
+        raise NotImplementedError
 
     def delete_dead(self, ids: Sequence[int]) -> int:
         """Delete the dead letters ``ids``; return the count."""
-        match, params = self.ids_sql(ids)
-        return self._rowcount(f"DELETE FROM {DEAD_TABLE} WHERE {match}", params)
+        raise NotImplementedError
 
     def purge_dead_batch(self, queue: str, cutoff: datetime, limit: int) -> int:
-        """Delete up to ``limit`` of ``queue``'s dead letters that died at or before ``cutoff``.
-
-        Oldest first: the inner select walks the (queue, died_at) index.
-        """
-        sql = (
-            f"DELETE FROM {DEAD_TABLE} WHERE id IN (SELECT id FROM {DEAD_TABLE} WHERE queue = %s "
-            "AND died_at <= %s ORDER BY died_at LIMIT %s)"
-        )
-        return self._rowcount(sql, [queue, self.adapt_datetime(cutoff), limit])
+        """Delete up to ``limit`` of ``queue``'s dead letters that died at or before ``cutoff``."""
+        raise NotImplementedError
 
     def overview(self, now: datetime) -> dict[str, dict[str, Any]]:
-        """Return per-queue counts as of ``now`` from three grouped, index-served queries."""
-        at = self.adapt_datetime(now)
-        stats: dict[str, dict[str, Any]] = {}
-
-        def row_for(queue: str) -> dict[str, Any]:
-            return stats.setdefault(
-                queue,
-                {"pending": 0, "scheduled": 0, "processing": 0, "overdue": 0, "dead": 0,
-                 "oldest_pending_at": None},
-            )  # fmt: skip
-
-        pending = self._fetchall(
-            "SELECT queue, sum(CASE WHEN run_at <= %s THEN 1 ELSE 0 END), "
-            "sum(CASE WHEN run_at > %s THEN 1 ELSE 0 END), "
-            f"min(CASE WHEN run_at <= %s THEN run_at END) FROM {JOB_TABLE} "
-            "WHERE state = 'pending' GROUP BY queue",
-            [at, at, at],
-        )
-        for queue, ready, scheduled, oldest in pending:
-            row = row_for(queue)
-            row["pending"], row["scheduled"] = int(ready or 0), int(scheduled or 0)
-            row["oldest_pending_at"] = self.to_datetime(oldest)
-        processing = self._fetchall(
-            "SELECT queue, count(*), sum(CASE WHEN claim_expires_at <= %s THEN 1 ELSE 0 END) "
-            f"FROM {JOB_TABLE} WHERE state = 'processing' GROUP BY queue",
-            [at],
-        )
-        for queue, count, overdue in processing:
-            row = row_for(queue)
-            row["processing"], row["overdue"] = int(count), int(overdue or 0)
-        for queue, dead in self._fetchall(
-            f"SELECT queue, count(*) FROM {DEAD_TABLE} GROUP BY queue", []
-        ):
-            row_for(queue)["dead"] = int(dead)
-        return stats
+        """Return per-queue counts (pending, scheduled, processing, overdue, dead) as of ``now``."""
+        raise NotImplementedError
 
     def prune_outcomes(self, keep_s: float) -> int:
         """Delete outcome counters older than ``keep_s`` seconds; return the count."""
-        now, now_params = self.now_sql()
-        sql = f"DELETE FROM {OUTCOME_TABLE} WHERE minute < {self.plus_sql(now, '%s')}"
-        return self._rowcount(sql, [*now_params, -keep_s])
-
-
-class OnConflictDialect(Dialect):
-    """The upserts of the engines that speak ``INSERT … ON CONFLICT … RETURNING``.
-
-    PostgreSQL, and SQLite since 3.35: one statement takes, renews or refuses
-    a lease atomically and says which it did. MySQL has neither, and writes
-    its own.
-    """
-
-    supports_update_returning = True
-
-    def acquire_lock(self, name: str, owner: str, ttl_s: float) -> tuple[int, datetime] | None:
-        now, now_params = self.now_sql()
-        renewing = "l.owner = excluded.owner AND l.expires_at > excluded.acquired_at"
-        sql = (
-            f"INSERT INTO {LOCK_TABLE} AS l (name, owner, fence, expires_at, acquired_at) "
-            f"VALUES (%s, %s, 1, {self.plus_sql(now, '%s')}, {now}) "
-            "ON CONFLICT (name) DO UPDATE SET "
-            f"fence = CASE WHEN {renewing} THEN l.fence ELSE l.fence + 1 END, "
-            f"acquired_at = CASE WHEN {renewing} THEN l.acquired_at "
-            "ELSE excluded.acquired_at END, "
-            "owner = excluded.owner, expires_at = excluded.expires_at "
-            "WHERE l.owner = excluded.owner OR l.expires_at <= excluded.acquired_at "
-            "RETURNING fence, expires_at"
-        )
-        rows = self._fetchall(sql, [name, owner, *now_params, float(ttl_s), *now_params])
-        if not rows:
-            return None
-        return int(rows[0][0]), self.to_datetime(rows[0][1])  # type: ignore[return-value]
-
-    def renew_lock(self, name: str, owner: str, fence: int, ttl_s: float) -> datetime | None:
-        now, now_params = self.now_sql()
-        sql = (
-            f"UPDATE {LOCK_TABLE} SET expires_at = {self.plus_sql(now, '%s')} "
-            f"WHERE name = %s AND owner = %s AND fence = %s AND expires_at > {now} "
-            "RETURNING expires_at"
-        )
-        rows = self._fetchall(sql, [*now_params, float(ttl_s), name, owner, fence, *now_params])
-        return self.to_datetime(rows[0][0]) if rows else None
-
-    def upsert_schedule(self, values: dict[str, Any], next_run_at: datetime) -> None:
-        now, now_params = self.now_sql()
-        sql = (
-            f"INSERT INTO {SCHEDULE_TABLE} AS s (name, spec, interval_s, queue, payload, "
-            "priority, max_attempts, visibility_timeout_s, retry_base_s, expires_s, enabled, "
-            "next_run_at, last_fired_at, created_at, updated_at) "
-            f"VALUES (%s, %s, %s, %s, {self.json_sql()}, %s, %s, %s, %s, %s, %s, %s, NULL, "
-            f"{now}, {now}) "
-            "ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, "
-            "interval_s = excluded.interval_s, queue = excluded.queue, "
-            "payload = excluded.payload, priority = excluded.priority, "
-            "max_attempts = excluded.max_attempts, "
-            "visibility_timeout_s = excluded.visibility_timeout_s, "
-            "retry_base_s = excluded.retry_base_s, expires_s = excluded.expires_s, "
-            "updated_at = excluded.updated_at, "
-            "next_run_at = CASE WHEN s.spec = excluded.spec THEN s.next_run_at "
-            "ELSE excluded.next_run_at END"
-        )
-        self._rowcount(sql, [*schedule_params(self, values, next_run_at), *now_params, *now_params])
+        raise NotImplementedError
 
 
 def schedule_params(dialect: Dialect, values: dict[str, Any], next_run_at: datetime) -> list[Any]:

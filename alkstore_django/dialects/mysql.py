@@ -37,6 +37,7 @@ from django.db import DatabaseError, OperationalError, transaction
 from ..models import ChannelMessage
 from ..records import EnqueueStamps
 from ..records import Job as JobRecord
+from . import mysql_schema
 from .base import (
     DEAD_COLUMNS,
     DEAD_COPY,
@@ -48,26 +49,20 @@ from .base import (
     REQUEUE_COLUMNS,
     REQUEUE_SELECT,
     SCHEDULE_TABLE,
-    Dialect,
     Watcher,
     schedule_params,
 )
+from .mysql_schema import CLAIM_INDEX
+from .operators import OperatorDialect
 
 logger = logging.getLogger(__name__)
 
 NOW = "UTC_TIMESTAMP(6)"
 EPOCH = "'1970-01-01 00:00:00'"
 MESSAGE_TABLE = ChannelMessage._meta.db_table
-MARIADB_MINIMUM = (10, 6)
-MYSQL_MINIMUM = (8, 0, 1)
 # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT: the transaction lost a lock race.
 RETRYABLE_ERRORS = frozenset({1213, 1205})
 TRANSACTION_ATTEMPTS = 5
-# Exact comparisons, as on PostgreSQL and SQLite: binary, and NO PAD so that
-# 'a' and 'a ' are two names.
-MARIADB_COLLATION = "utf8mb4_nopad_bin"
-MYSQL_COLLATION = "utf8mb4_0900_bin"
-CLAIM_INDEX = "alk_job_claim"
 LAPSED_BATCH = 1_000
 
 T = TypeVar("T")
@@ -87,7 +82,7 @@ def _error_code(exc: BaseException) -> int | None:
     return code if isinstance(code, int) else None
 
 
-class MysqlDialect(Dialect):
+class MysqlDialect(OperatorDialect):
     """MariaDB 10.6+ / MySQL 8.0+, ``READ COMMITTED`` (Django's default isolation level)."""
 
     vendor = "mysql"
@@ -95,65 +90,14 @@ class MysqlDialect(Dialect):
 
     @classmethod
     def check_settings(cls, alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
-        """Warn about a connection charset that cannot hold every name, or gap-locking isolation.
-
-        Under ``REPEATABLE READ`` a claim's locking read also locks the gaps it
-        scans, so enqueues wait behind claims and deadlock with them.
-        """
-        options = config.get("OPTIONS", {})
-        warnings: list[checks.CheckMessage] = []
-        charset = str(options.get("charset", "utf8mb4")).lower()
-        if charset != "utf8mb4":
-            warnings.append(
-                checks.Warning(
-                    f"DATABASES[{alias!r}] connects with charset {charset!r}.",
-                    hint='Use "OPTIONS": {"charset": "utf8mb4"}: names and payloads are '
-                    "full Unicode.",
-                    obj="settings.DATABASES",
-                    id="alkstore.W002",
-                )
-            )
-        isolation = str(options.get("isolation_level", "read committed")).lower()
-        if isolation != "read committed":
-            warnings.append(
-                checks.Warning(
-                    f"DATABASES[{alias!r}] uses isolation level {isolation!r}.",
-                    hint="Use Django's default, 'read committed': other levels make claims "
-                    "lock gaps that enqueues then wait for.",
-                    obj="settings.DATABASES",
-                    id="alkstore.W003",
-                )
-            )
-        return warnings
+        return mysql_schema.settings_warnings(alias, config)
 
     @classmethod
     def prepare_schema(cls, schema_editor: Any, tables: Sequence[str]) -> None:
-        connection = schema_editor.connection
-        collation = MARIADB_COLLATION if connection.mysql_is_mariadb else MYSQL_COLLATION
-        for table in tables:
-            schema_editor.execute(
-                f"ALTER TABLE {table} CONVERT TO CHARACTER SET utf8mb4 COLLATE {collation}"
-            )
-        # Django creates alk_job_claim without its WHERE state = 'pending' here:
-        # leading with state keeps a claim off the queue's processing rows.
-        schema_editor.execute(
-            f"ALTER TABLE {JOB_TABLE} DROP INDEX {CLAIM_INDEX}, ADD INDEX {CLAIM_INDEX} "
-            "(queue, state, priority DESC, run_at, id)"
-        )
+        mysql_schema.prepare_schema(schema_editor, tables)
 
     def server_problem(self) -> str | None:
-        connection = self.connection
-        connection.ensure_connection()
-        version = tuple(connection.mysql_version)
-        mariadb = connection.mysql_is_mariadb
-        minimum = MARIADB_MINIMUM if mariadb else MYSQL_MINIMUM
-        if version >= minimum:
-            return None
-        name = "MariaDB" if mariadb else "MySQL"
-        return (
-            f"{name} {'.'.join(map(str, version))} lacks FOR UPDATE SKIP LOCKED: alkstore_django "
-            f"needs {name} {'.'.join(map(str, minimum))} or later."
-        )
+        return mysql_schema.server_problem(self.connection)
 
     @cached_property
     def _returning(self) -> bool:

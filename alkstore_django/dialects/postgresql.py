@@ -32,9 +32,9 @@ from .base import (
     OUTCOME_TABLE,
     REQUEUE_COLUMNS,
     REQUEUE_SELECT,
-    OnConflictDialect,
     Watcher,
 )
+from .upserts import OnConflictDialect
 
 logger = logging.getLogger(__name__)
 

@@ -35,9 +35,9 @@ from .base import (
     OUTCOME_TABLE,
     REQUEUE_COLUMNS,
     REQUEUE_SELECT,
-    OnConflictDialect,
     Watcher,
 )
+from .upserts import OnConflictDialect
 
 FORMAT = "'%%Y-%%m-%%d %%H:%%M:%%f'"
 NOW = f"strftime({FORMAT}, 'now')"
