@@ -16,8 +16,11 @@ from alkstore_django import store
 from alkstore_django.dialects import dialect_for
 from alkstore_django.models import Job
 from alkstore_django.notify import open_watcher
+from tests.conftest import mysql_only
 from tests.contract.mixin import DialectContract
 from tests.helpers import wait_for
+
+pytestmark = mysql_only("the MariaDB/MySQL dialect's contract run")
 
 
 class TestMysqlDialect(DialectContract):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from tests.conftest import postgres_only
 from tests.contract.mixin import DialectContract
+
+pytestmark = postgres_only("the PostgreSQL dialect's contract run")
 
 
 class TestPostgresDialect(DialectContract):
