@@ -7,7 +7,7 @@ UTC whatever the session's time zone, as Django stores naive UTC). A claim,
 an ack and a sweep that hit a deadlock or a lock-wait timeout (1213/1205) are
 retried in a fresh transaction, never surfaced.
 
-There are no partial indexes: ``prepare_schema`` (run by migration 0005)
+There are no partial indexes: ``prepare_schema`` (run by migration 0006)
 rebuilds ``alk_job_claim`` led by ``(queue, state)`` so the claim stays an
 ordered index scan, and gives the app's tables a binary, no-pad collation so
 names compare exactly as on the other engines (case, accents and trailing

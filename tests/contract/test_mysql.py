@@ -2,7 +2,7 @@
 
 See ``tests/contract/mixin.py`` for the contract. Below it: lock conflicts are
 retried, the watcher polls and reconnects, and names compare exactly because
-migration 0005 gave the tables a binary, no-pad collation.
+migration 0006 gave the tables a binary, no-pad collation.
 """
 
 from __future__ import annotations

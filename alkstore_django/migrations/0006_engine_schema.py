@@ -20,7 +20,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("alkstore_django", "0004_job_generation"),
+        ("alkstore_django", "0005_attempts_and_live_workers"),
     ]
 
     operations = [migrations.RunPython(prepare, migrations.RunPython.noop)]
