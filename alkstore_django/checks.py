@@ -15,14 +15,12 @@ from .errors import AlkstoreError
 from .handlers import registry
 from .validation import validate_name, validate_queue_options
 
-SUPPORTED_VENDORS = {"postgresql", "sqlite"}
-POSTGRES_ENGINES = ("postgresql", "postgis")
-
 
 def register() -> None:
     checks.register(check_settings, checks.Tags.compatibility)
     checks.register(check_handlers, checks.Tags.compatibility)
     checks.register(check_environment, checks.Tags.compatibility)
+    checks.register(check_database_server, checks.Tags.database)
 
 
 def _error(msg: str, hint: str, id_: str) -> checks.Error:
@@ -38,28 +36,57 @@ def _positive_number(value: Any) -> bool:
         return False
 
 
-def _sqlite_warnings(alias: str) -> list[checks.CheckMessage]:
-    """Warn when a SQLite store would let a read-then-write transaction fail.
+def _engine_checks(alias: str) -> list[checks.CheckMessage]:
+    """Refuse a database engine alkstore has no dialect for; let the engine check its settings."""
+    from .dialects import SUPPORTED, dialect_class
 
-    A deferred transaction that reads before it writes cannot wait for the
-    write lock (SQLITE_BUSY_SNAPSHOT), so an enqueue inside such a block can
-    fail under load with "database is locked" whatever the timeout.
-    """
-    config = settings.DATABASES.get(alias, {})
-    if "sqlite3" not in config.get("ENGINE", ""):
+    if alias not in settings.DATABASES:
         return []
-    mode = str(config.get("OPTIONS", {}).get("transaction_mode", "")).upper()
-    if mode == "IMMEDIATE":
+    try:
+        vendor = connections[alias].vendor
+    except ImproperlyConfigured as exc:
+        # Django cannot load the backend at all (PostgreSQL without any driver).
+        return [
+            _error(
+                f"ALKSTORE['DATABASE'] {alias!r} cannot be used: {exc}",
+                "Install the engine's driver: pip install 'alkstore-django[postgres]' "
+                "(or [mysql]).",
+                "alkstore.E202",
+            )
+        ]
+    cls = dialect_class(vendor)
+    if cls is None:
+        engine = settings.DATABASES[alias].get("ENGINE", "")
+        return [
+            _error(
+                f"ALKSTORE['DATABASE'] {alias!r} uses {engine!r} (vendor {vendor!r}).",
+                f"alkstore_django supports {SUPPORTED}.",
+                "alkstore.E006",
+            )
+        ]
+    return cls.check_settings(alias, settings.DATABASES[alias])
+
+
+def check_database_server(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Refuse a server too old for alkstore's claims (``migrate``, ``check --database``)."""
+    from .dialects import dialect_class, dialect_for
+
+    alias = app_settings.database
+    if not databases or alias not in databases or alias not in settings.DATABASES:
+        return []
+    if dialect_class(connections[alias].vendor) is None:
+        return []
+    problem = dialect_for(alias).server_problem()
+    if problem is None:
         return []
     return [
-        checks.Warning(
-            f"DATABASES[{alias!r}] is SQLite without transaction_mode 'IMMEDIATE'.",
-            hint=(
-                'Set "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20} so '
-                "several processes can share the file without 'database is locked'."
-            ),
+        checks.Error(
+            f"DATABASES[{alias!r}]: {problem}",
+            hint="Upgrade the database server.",
             obj="settings.DATABASES",
-            id="alkstore.W001",
+            id="alkstore.E008",
         )
     ]
 
@@ -68,7 +95,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     """Validate every ALKSTORE key at start-up."""
     raw = getattr(settings, "ALKSTORE", None)
     if raw is None:
-        return _sqlite_warnings(app_settings.database)
+        return _engine_checks(app_settings.database)
     if not isinstance(raw, dict):
         return [
             _error(f"ALKSTORE is {type(raw).__name__}, not a dict.", "Use a dict.", "alkstore.E001")
@@ -92,18 +119,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                     "alkstore.E002",
                 )
             )
-    alias = app_settings.database
-    if alias in settings.DATABASES:
-        engine = settings.DATABASES[alias].get("ENGINE", "")
-        if not any(vendor in engine for vendor in SUPPORTED_VENDORS):
-            errors.append(
-                _error(
-                    f"ALKSTORE['DATABASE'] {alias!r} uses {engine!r}.",
-                    "alkstore_django supports PostgreSQL (psycopg 3) and SQLite.",
-                    "alkstore.E006",
-                )
-            )
-    errors += _sqlite_warnings(alias)
+    errors += _engine_checks(app_settings.database)
     queues = raw.get("QUEUES", {})
     if not isinstance(queues, dict):
         errors.append(
@@ -143,7 +159,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             _error(
                 f"ALKSTORE['METRICS_TOKEN'] is {token!r}.",
                 "Expected a non-empty string (the bearer token of the metrics view), or None.",
-                "alkstore.E008",
+                "alkstore.E009",
             )
         )
     errors += _check_schedules(raw)
@@ -207,7 +223,7 @@ def check_handlers(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 
 
 def check_environment(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """Refuse what the store cannot run on: PostgreSQL without psycopg 3, ``USE_TZ = False``."""
+    """Refuse what the store cannot run on: ``USE_TZ = False``."""
     errors: list[checks.CheckMessage] = []
     if not settings.USE_TZ:
         errors.append(
@@ -224,30 +240,4 @@ def check_environment(app_configs: Any = None, **kwargs: Any) -> list[checks.Che
                 id="alkstore.E203",
             )
         )
-    alias = app_settings.database
-    if alias in settings.DATABASES and _is_postgresql(alias):
-        try:
-            import psycopg  # noqa: F401
-        except ImportError as exc:
-            errors.append(
-                checks.Error(
-                    f"ALKSTORE['DATABASE'] {alias!r} is PostgreSQL, and psycopg 3 cannot be "
-                    f"imported ({exc}).",
-                    hint=(
-                        "alkstore_django talks to PostgreSQL through psycopg 3 (psycopg2 is "
-                        "not enough): pip install 'alkstore-django[postgres]'."
-                    ),
-                    obj="settings.DATABASES",
-                    id="alkstore.E202",
-                )
-            )
     return errors
-
-
-def _is_postgresql(alias: str) -> bool:
-    try:
-        return connections[alias].vendor == "postgresql"
-    except ImproperlyConfigured:
-        # Django could not load the backend at all (no psycopg, no psycopg2).
-        engine = str(settings.DATABASES[alias].get("ENGINE", ""))
-        return any(name in engine for name in POSTGRES_ENGINES)

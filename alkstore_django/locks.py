@@ -15,7 +15,6 @@ from .errors import InvalidArgument, LockNotAcquired
 from .validation import MAX_NAME_LENGTH, is_encodable, validate_duration, validate_name
 
 if TYPE_CHECKING:
-    from .dialects.coordination import CoordinationSQL
     from .store import Store
 
 logger = logging.getLogger(__name__)
@@ -43,12 +42,6 @@ def validate_owner(owner: object) -> str:
             f"{MAX_NAME_LENGTH} characters."
         )
     return owner
-
-
-def _sql(store: Store) -> CoordinationSQL:
-    from .dialects.coordination import coordination_for
-
-    return coordination_for(store.dialect)
 
 
 class LockHandle:
@@ -84,7 +77,7 @@ class LockHandle:
         if ttl_s is not None:
             ttl_s = validate_duration("ttl_s", ttl_s, allow_zero=False)
         ttl = self.ttl_s if ttl_s is None else ttl_s
-        expires_at = _sql(self.store).renew_lock(self.name, self.owner, self.fence, ttl)
+        expires_at = self.store.dialect.renew_lock(self.name, self.owner, self.fence, ttl)
         if expires_at is None:
             return False
         self.expires_at = expires_at
@@ -93,12 +86,12 @@ class LockHandle:
     def release(self) -> bool:
         """Give the lease up now; False when it was already lost (or released)."""
         self.store.check_open()
-        return _sql(self.store).release_lock(self.name, self.owner, self.fence)
+        return self.store.dialect.release_lock(self.name, self.owner, self.fence)
 
 
 def acquire(store: Store, name: str, *, ttl_s: float, owner: str) -> LockHandle | None:
     """Take the lease without validating its name: for the app's reserved locks."""
-    taken = _sql(store).acquire_lock(name, owner, ttl_s)
+    taken = store.dialect.acquire_lock(name, owner, ttl_s)
     if taken is None:
         return None
     fence, expires_at = taken

@@ -1,21 +1,18 @@
-"""Wake-ups: ``NOTIFY``/``LISTEN`` on PostgreSQL, a watch on the database file on SQLite.
+"""Wake-ups: ``store.notify`` / ``store.listen`` over the engine's watcher.
 
-Queue wake-ups ride the same substrate as ``store.notify``: a queue's channel
-is ``channel_for(queue)``, sent by the enqueue statement itself.
+Each engine brings its own substrate (``Dialect.open_watcher``): ``NOTIFY`` /
+``LISTEN`` on PostgreSQL, a watch on the database file on SQLite, a short
+adaptive poll on MariaDB/MySQL. Queue wake-ups ride the same watchers: a
+queue's channel is ``channel_for(queue)``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import sqlite3
-import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from django.db import connections
-
-from .conf import DEFAULT_SQLITE_WATCH_INTERVAL_S, app_settings
+from .conf import app_settings
+from .dialects import Watcher
 from .errors import InvalidArgument
 from .queues import channel_for
 from .records import Notification
@@ -23,8 +20,6 @@ from .validation import is_encodable, validate_duration, validate_name
 
 if TYPE_CHECKING:
     from .store import Store
-
-logger = logging.getLogger(__name__)
 
 # PostgreSQL refuses NOTIFY payloads of 8,000 bytes or more.
 MAX_NOTIFY_PAYLOAD_BYTES = 7999
@@ -67,149 +62,18 @@ def _listen(
         watcher.close()
 
 
-def open_watcher(store: Store, channels: list[str], listen_alias: str | None = None) -> Watcher:
-    """Return the vendor's watcher for ``channels`` (already-mapped channel names)."""
-    if store.dialect.vendor == "postgresql":
-        return PostgresWatcher(listen_alias or store.using, channels)
-    return SqliteWatcher(store.using, channels)
+def open_watcher(
+    store: Store,
+    channels: list[str],
+    listen_alias: str | None = None,
+    *,
+    queues: Sequence[str] = (),
+) -> Watcher:
+    """Return the engine's watcher for ``channels`` (already-mapped channel names).
 
-
-class Watcher:
-    """Waits for wake-ups on a set of channels over its own dedicated connection."""
-
-    def receive(self, timeout_s: float) -> list[tuple[str, str]]:
-        """Return the (channel, payload) pairs that arrived within ``timeout_s``."""
-        raise NotImplementedError
-
-    def wait(self, timeout_s: float) -> bool:
-        """Return True as soon as something may have changed, False on timeout."""
-        return bool(self.receive(timeout_s))
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-
-class PostgresWatcher(Watcher):
-    """One LISTEN connection for all channels; it reconnects after a drop.
-
-    It connects through ``LISTEN_DATABASE`` when set, so a transaction-mode
-    pooler (which cannot hold a LISTEN) can serve everything else.
+    ``queues`` are the queue names behind the channels, for an engine that
+    watches the job table itself rather than a channel (MariaDB/MySQL). The
+    watcher connects through ``listen_alias``, by default ``LISTEN_DATABASE``.
     """
-
-    def __init__(self, alias: str, channels: list[str]) -> None:
-        self.alias = alias
-        self.channels = channels
-        self._conn: Any = None
-        self.reconnects = 0
-        # LISTEN at once: a notification sent between opening the watcher and
-        # the first receive() must not be lost. A failure here is retried there.
-        import psycopg
-
-        try:
-            self._conn = self._connect()
-        except psycopg.Error as exc:
-            logger.warning("listener connection failed alias=%s error=%s", alias, exc)
-
-    def _connect(self) -> Any:
-        from psycopg import sql
-
-        wrapper = connections[self.alias]
-        conn = wrapper.get_new_connection(wrapper.get_connection_params())
-        conn.autocommit = True
-        for channel in self.channels:
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-        return conn
-
-    def receive(self, timeout_s: float) -> list[tuple[str, str]]:
-        import psycopg
-
-        deadline = time.monotonic() + timeout_s
-        try:
-            if self._conn is None or self._conn.closed:
-                if self._conn is not None:
-                    self.reconnects += 1
-                self._conn = self._connect()
-                if self.reconnects:
-                    logger.info("listener reconnected alias=%s", self.alias)
-                    # Anything sent while we were away is lost: report a wake-up
-                    # so the caller polls at once.
-                    return [("", "")]
-            messages = []
-            for note in self._conn.notifies(timeout=max(timeout_s, 0.0), stop_after=1):
-                messages.append((note.channel, note.payload))
-            # Drain whatever else already arrived without waiting again.
-            if messages:
-                for note in self._conn.notifies(timeout=0, stop_after=1000):
-                    messages.append((note.channel, note.payload))
-            return messages
-        except psycopg.Error as exc:
-            logger.warning("listener connection lost alias=%s error=%s", self.alias, exc)
-            self._drop()
-            # Back off briefly instead of spinning on a dead server.
-            time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
-            return []
-
-    def _drop(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                self._conn.close()
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-
-class SqliteWatcher(Watcher):
-    """Watches ``PRAGMA data_version``: it changes whenever another connection commits."""
-
-    def __init__(self, alias: str, channels: list[str]) -> None:
-        from .models import ChannelMessage
-
-        self.table = ChannelMessage._meta.db_table
-        self.channels = channels
-        name = str(connections[alias].settings_dict["NAME"])
-        self._conn = sqlite3.connect(name, uri=name.startswith("file:"), check_same_thread=False)
-        self._conn.isolation_level = None
-        self._version = self._data_version()
-        self._last_id = self._max_id()
-
-    def _data_version(self) -> int:
-        return self._conn.execute("PRAGMA data_version").fetchone()[0]
-
-    def _max_id(self) -> int:
-        try:
-            row = self._conn.execute(f"SELECT max(id) FROM {self.table}").fetchone()
-        except sqlite3.OperationalError:
-            return 0
-        return row[0] or 0
-
-    def wait(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            version = self._data_version()
-            if version != self._version:
-                self._version = version
-                return True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            time.sleep(min(DEFAULT_SQLITE_WATCH_INTERVAL_S, remaining))
-
-    def receive(self, timeout_s: float) -> list[tuple[str, str]]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            marks = ", ".join("?" * len(self.channels))
-            rows = self._conn.execute(
-                f"SELECT id, channel, payload FROM {self.table} "
-                f"WHERE id > ? AND channel IN ({marks}) ORDER BY id",
-                [self._last_id, *self.channels],
-            ).fetchall()
-            if rows:
-                self._last_id = rows[-1][0]
-                return [(row[1], row[2]) for row in rows]
-            if not self.wait(max(deadline - time.monotonic(), 0.0)):
-                return []
-
-    def close(self) -> None:
-        self._conn.close()
+    alias = listen_alias or app_settings.listen_database
+    return store.dialect.open_watcher(channels, queues=queues, listen_alias=alias)

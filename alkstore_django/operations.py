@@ -23,7 +23,7 @@ from .timing import UNIT_SECONDS
 from .validation import validate_duration, validate_int, validate_name
 
 if TYPE_CHECKING:
-    from .dialects.maintenance import MaintenanceSQL
+    from .dialects import Dialect
 
 DEFAULT_BATCH_SIZE = 5_000
 MAX_BATCH_SIZE = 50_000
@@ -37,6 +37,13 @@ T = TypeVar("T")
 
 def _alias(using: str | None) -> str:
     return using or app_settings.database
+
+
+def _dialect(using: str | None) -> Dialect:
+    """Return the alias's shared dialect: the one its ``Store`` uses."""
+    from .dialects import dialect_for
+
+    return dialect_for(_alias(using))
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
@@ -87,7 +94,6 @@ def requeue_dead(
     moved ``batch_size`` rows per statement; ``progress`` is called with the
     running count after each statement. Workers on the queues are woken on commit.
     """
-    from .dialects.maintenance import maintenance_for
     from .models import DeadJob
     from .queues import channel_for
 
@@ -97,11 +103,11 @@ def requeue_dead(
         validate_name("queue", queue, allow_reserved=True)
     batch_size = _batch(batch_size)
     alias = _alias(using)
-    sql = maintenance_for(alias)
+    sql = _dialect(alias)
     selected = None if ids is None else _ids(ids)
     total = 0
     woken: set[str] = set()
-    with sql.dialect.write_transaction() as cursor:
+    with sql.write_transaction() as cursor:
         if selected is None:
             assert queue is not None
             after_id = -(2**63)
@@ -117,12 +123,12 @@ def requeue_dead(
                     total += _move(sql, cursor, chunk, woken, progress, total)
         # Sent inside the transaction, the wake-ups are delivered only on commit.
         for name in sorted(woken):
-            sql.dialect.notify(channel_for(name), "")
+            sql.notify(channel_for(name), "")
     return total
 
 
 def _move(
-    sql: MaintenanceSQL,
+    sql: Dialect,
     cursor: Any,
     ids: Sequence[int],
     woken: set[str],
@@ -187,18 +193,14 @@ def missing_dead(
 
 def dead_letter_queues(*, using: str | None = None) -> list[str]:
     """Return the names of the queues that have dead letters, sorted (an index probe each)."""
-    from .dialects.maintenance import maintenance_for
-
-    return maintenance_for(_alias(using)).dead_queues()
+    return _dialect(using).dead_queues()
 
 
 def delete_dead(ids: Iterable[int], *, using: str | None = None) -> int:
     """Delete the dead letters ``ids`` in one transaction; return how many were deleted."""
-    from .dialects.maintenance import maintenance_for
-
-    sql = maintenance_for(_alias(using))
+    sql = _dialect(using)
     total = 0
-    with sql.dialect.write_transaction():
+    with sql.write_transaction():
         for chunk in _chunks(_ids(ids), MAX_BATCH_SIZE):
             total += sql.delete_dead(chunk)
     return total
@@ -219,16 +221,14 @@ def purge_dead(
     never holds the write lock; ``progress`` gets the running count. Returns
     the number deleted.
     """
-    from .dialects.maintenance import maintenance_for
-
     validate_name("queue", queue, allow_reserved=True)
     older_than_s = validate_duration("older_than_s", older_than_s)  # type: ignore[assignment]
     batch_size = _batch(batch_size)
-    sql = maintenance_for(_alias(using))
-    cutoff = sql.dialect.database_now() - timedelta(seconds=older_than_s)
+    sql = _dialect(using)
+    cutoff = sql.database_now() - timedelta(seconds=older_than_s)
     total = 0
     while True:
-        with sql.dialect.write_transaction():
+        with sql.write_transaction():
             deleted = sql.purge_dead_batch(queue, cutoff, batch_size)
         total += deleted
         if deleted and progress is not None:
@@ -263,12 +263,10 @@ def set_schedules_enabled(ids: Iterable[int], enabled: bool, *, using: str | Non
     while paused to the schedule's first boundary after now: missed fires are
     skipped, not replayed.
     """
-    from .dialects.maintenance import maintenance_for
-
     selected = _ids(ids)
     if not selected:
         return 0
-    return maintenance_for(_alias(using)).set_schedules_enabled(selected, bool(enabled))
+    return _dialect(using).set_schedules_enabled(selected, bool(enabled))
 
 
 # --- the overview ------------------------------------------------------------------
@@ -284,11 +282,10 @@ def queue_overview(*, using: str | None = None) -> list[QueueStats]:
     the live workers running the queue (``unconsumed`` flags jobs nobody runs);
     ``timed_out`` the attempts stopped at their time limit in the last hour.
     """
-    from .dialects.maintenance import maintenance_for
     from .handlers import registry
 
-    sql = maintenance_for(_alias(using))
-    now = sql.dialect.database_now()
+    sql = _dialect(using)
+    now = sql.database_now()
     counts = sql.overview(now)
     consumers: dict[str, int] = {}
     for worker in live_workers(_alias(using)):

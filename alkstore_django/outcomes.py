@@ -50,7 +50,7 @@ def record_outcomes(using: str, counts: Mapping[str, tuple[int, int, int]]) -> N
     are. Joins the caller's transaction, if any. Raises ``InvalidArgument`` for
     a count that is not a non-negative integer.
     """
-    from .dialects.maintenance import maintenance_for
+    from .dialects import dialect_for
 
     rows = []
     for queue, triple in counts.items():
@@ -59,7 +59,7 @@ def record_outcomes(using: str, counts: Mapping[str, tuple[int, int, int]]) -> N
             rows.append((queue, acked, retried, dead))
     if not rows:
         return
-    sql = maintenance_for(using)
+    sql = dialect_for(using)
     sql.record_outcomes(rows)
     last = _last_prune_at.get(using)
     if last is None or time.monotonic() - last >= PRUNE_INTERVAL_S:
@@ -69,9 +69,9 @@ def record_outcomes(using: str, counts: Mapping[str, tuple[int, int, int]]) -> N
 
 def prune_outcomes(using: str, keep_s: float = OUTCOME_RETENTION_S) -> int:
     """Delete outcome counters older than ``keep_s`` seconds; return how many rows went."""
-    from .dialects.maintenance import maintenance_for
+    from .dialects import dialect_for
 
-    return maintenance_for(using).prune_outcomes(keep_s)
+    return dialect_for(using).prune_outcomes(keep_s)
 
 
 def recent_outcomes(using: str, minutes: int = 60) -> list[OutcomeBucket]:

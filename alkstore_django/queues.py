@@ -173,8 +173,21 @@ class Queue:
         n = validate_int("n", n, minimum=-(2**31), maximum=MAX_BATCH)
         if n <= 0:
             return []
-        jobs = self.store.dialect.claim(self.name, worker_id, n)
-        return [JobHandle(self, job) for job in jobs]
+        return self.ack_and_claim(worker_id, n)[1]
+
+    def ack_and_claim(
+        self, worker_id: str, n: int, fences: Sequence[tuple[int, int]] = ()
+    ) -> tuple[set[int], list[JobHandle]]:
+        """Ack ``fences`` (job id, generation) held by ``worker_id``, then claim up to ``n``.
+
+        The one claim path: ``claim_batch`` and the worker both come here. One
+        transaction (one statement on PostgreSQL), so the acks are durable when
+        it returns and the worker pays one commit per cycle. Returns the ids
+        acked and the handles claimed, in claim order. The arguments are
+        trusted: ``claim_batch`` validates them, the worker checks its id once.
+        """
+        acked, jobs = self.store.dialect.claim_and_ack(self.name, worker_id, n, worker_id, fences)
+        return set(acked), [JobHandle(self, job) for job in jobs]
 
     def ack_batch(self, ids: Sequence[int]) -> int:
         """Ack each id that is processing under an unexpired claim; return how many."""

@@ -121,12 +121,6 @@ def check_declaration(name: object, declaration: object) -> dict[str, Any]:
     return dict(declaration)
 
 
-def _sql(store: Store) -> Any:
-    from .dialects.coordination import coordination_for
-
-    return coordination_for(store.dialect)
-
-
 def _from_epoch(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=UTC)
 
@@ -166,7 +160,7 @@ def schedule(
     with transaction.atomic(using=store.using):
         now = store.dialect.database_now()
         first = _from_epoch(next_boundary_s(now.timestamp(), values["interval_s"]))
-        _sql(store).upsert_schedule(values, first)
+        store.dialect.upsert_schedule(values, first)
         notify(store, SCHEDULES_CHANNEL, name)
         row = Schedule.objects.using(store.using).get(name=name)
     logger.info(
@@ -308,12 +302,12 @@ def run_schedules(store: Store, stop: threading.Event, *, owner: str | None = No
 
 
 def _open_wakeups(store: Store) -> Watcher | None:
-    """Return a LISTEN on the schedules channel on PostgreSQL; None on SQLite.
+    """Return a LISTEN on the schedules channel where the engine pushes wake-ups, else None.
 
-    SQLite has no NOTIFY: there the per-second read of the soonest
-    ``next_run_at`` in ``_sleep`` is what notices a new or changed schedule.
+    Without push wake-ups the per-second read of the soonest ``next_run_at``
+    in ``_sleep`` is what notices a new or changed schedule.
     """
-    if store.dialect.vendor != "postgresql":
+    if not store.dialect.supports_listen_notify:
         return None
     return open_watcher(store, [channel_for(SCHEDULES_CHANNEL)], app_settings.listen_database)
 
@@ -326,9 +320,9 @@ def _sleep(store: Store, stop: threading.Event, held: LockHandle, watcher: Watch
     notification) is noticed within a slice.
     """
     started = renewed = time.monotonic()
-    sql = _sql(store)
+    dialect = store.dialect
     while not stop.is_set():
-        until_due = sql.seconds_until_next_fire()
+        until_due = dialect.seconds_until_next_fire()
         remaining = min(
             MAX_SLEEP_S if until_due is None else until_due,
             MAX_SLEEP_S - (time.monotonic() - started),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from .conf import app_settings
@@ -35,8 +34,9 @@ class Store:
     def using(self) -> str:
         return self._using or app_settings.database
 
-    @cached_property
+    @property
     def dialect(self) -> Dialect:
+        """The engine's statements for this alias: every service reaches the database here."""
         from .dialects import dialect_for
 
         return dialect_for(self.using)
@@ -205,20 +205,15 @@ store = DefaultStore()
 def reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
     """Forget the shared stores when ALKSTORE or DATABASES change (tests)."""
     if setting in {"ALKSTORE", "DATABASES"}:
+        from .dialects import forget_dialects
+
         with _stores_lock:
             _stores.clear()
+        forget_dialects()
 
 
 def prepare_connection(*, sender: Any, connection: Any, **kwargs: Any) -> None:
-    """Put a new SQLite connection in WAL mode so readers never block the writer.
+    """Let the engine configure each new connection (SQLite: WAL mode)."""
+    from .dialects import prepare_connection as prepare
 
-    WAL is a property of the file; asking again on every connection is cheap and
-    keeps a site that never configured it safe with several worker processes.
-    """
-    if connection.vendor != "sqlite":
-        return
-    name = str(connection.settings_dict.get("NAME", ""))
-    if not name or name == ":memory:" or "mode=memory" in name:
-        return
-    with connection.cursor() as cursor:
-        cursor.execute("PRAGMA journal_mode=WAL")
+    prepare(connection)

@@ -291,7 +291,6 @@ class Worker:
         claimed = 0
         drained = True
         count = len(self._queues)
-        dialect = self.store.dialect
         for offset in range(count):
             q = self._queues[(self._rr + offset) % count]
             want = self.capacity - len(self._held) + len(self._acks)
@@ -302,29 +301,27 @@ class Worker:
             fences = [(d.held.handle.job.id, d.held.handle.job.generation) for d in acks]
             try:
                 claim_started = time.perf_counter()
-                acked, jobs = dialect.claim_and_ack(
-                    q.name, self.worker_id, want, self.worker_id, fences
-                )
+                acked, handles = q.ack_and_claim(self.worker_id, want, fences)
                 self.tally.instruments.claim(q.name, time.perf_counter() - claim_started)
             except BaseException:
                 # Nothing was committed: the acks are tried again.
                 self._acks = acks + self._acks
                 raise
             if acks:
-                self._report_acks(acks, set(acked))
-            if len(jobs) == want:
+                self._report_acks(acks, acked)
+            if len(handles) == want:
                 drained = False
             now = time.monotonic()
             func = self.handlers.get(q.name)
-            for job in jobs:
-                handle = JobHandle(q, job)
+            for handle in handles:
+                job = handle.job
                 beat_at = now + job.visibility_timeout_s * HEARTBEAT_FRACTION
                 slot = self.slots.take(job.id, job.generation)
                 held = Held(handle=handle, handler=func, next_heartbeat_at=beat_at, slot=slot)
                 self._next_beat = min(self._next_beat, beat_at)
                 self._held[job.id] = held
                 self._work.put(held)
-            claimed += len(jobs)
+            claimed += len(handles)
         self._rr += 1
         return claimed, drained
 
@@ -365,7 +362,12 @@ class Worker:
         while not self._halt.is_set():
             try:
                 if watcher is None:
-                    watcher = open_watcher(self.store, channels, app_settings.listen_database)
+                    watcher = open_watcher(
+                        self.store,
+                        channels,
+                        app_settings.listen_database,
+                        queues=[q.name for q in self._queues],
+                    )
                 if watcher.wait(1.0):
                     self._wake.set()
             except Exception:

@@ -1,6 +1,6 @@
 """Run every alkstore benchmark on PostgreSQL and SQLite (and, with --peers, the peers).
 
-    python bench/run.py [--peers] [--quick] [--runs N] [--engines postgresql,sqlite]
+    python bench/run.py [--peers] [--quick] [--runs N] [--engines postgresql,sqlite,mariadb]
 
 Each figure is the median of N runs (default 3) with the min-max; the command
 prints one table and one JSON line per figure. It creates and migrates its own
@@ -24,10 +24,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/alk_perf_bench")
+MARIADB_URL = os.environ.get("BENCH_MARIADB_URL", "mysql://root@127.0.0.1:3306/alk_perf_bench")
 SQLITE_PATH = ROOT / ".test-db" / "alk_perf_bench.sqlite3"
 PEERS_VENV = ROOT / ".venv-peers"
 PEER_REQUIREMENTS = [
@@ -114,6 +115,29 @@ def pg_database(url: str, name: str | None = None, fresh: bool = True) -> str:
     return urlunsplit(parts)
 
 
+def mariadb_database(url: str, name: str | None = None) -> str:
+    """(Re)create a MariaDB/MySQL database for the bench; return its URL."""
+    import MySQLdb
+
+    parts = urlsplit(url)
+    if name is not None:
+        parts = parts._replace(path=f"/{name}")
+    db = parts.path.lstrip("/")
+    conn = MySQLdb.connect(
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 3306,
+        user=unquote(parts.username or "root"),
+        password=unquote(parts.password or ""),
+    )
+    try:
+        cursor = conn.cursor()
+        cursor.execute(f"DROP DATABASE IF EXISTS `{db}`")
+        cursor.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
+    finally:
+        conn.close()
+    return urlunsplit(parts)
+
+
 @dataclass
 class Sizes:
     enqueue_one: int
@@ -158,7 +182,8 @@ def alkstore_figures(engine: str, url: str, sizes: Sizes, runs: int) -> list[Fig
         )
     log(f"{engine}: enqueue done")
     is_pg = engine == "postgresql"
-    d1 = add(f"drain {sizes.drain} no-op, 1 process", "jobs/s", ">= 3000" if is_pg else "")
+    drain_target = {"postgresql": ">= 3000", "mariadb": ">= 2000"}.get(engine, "")
+    d1 = add(f"drain {sizes.drain} no-op, 1 process", "jobs/s", drain_target)
     d4 = add(f"drain {sizes.drain} no-op, 4 processes", "jobs/s", ">= 6000" if is_pg else "")
     rss = add("worker RSS after drain (peak)", "MB", "< 80")
     for _ in range(runs):
@@ -181,6 +206,8 @@ def alkstore_figures(engine: str, url: str, sizes: Sizes, runs: int) -> list[Fig
     # change in the machine's load (commit latency) hits both alike.
     if engine == "postgresql":
         large_url = pg_database(url, f"{urlsplit(url).path.lstrip('/')}_backlog")
+    elif engine == "mariadb":
+        large_url = mariadb_database(url, f"{urlsplit(url).path.lstrip('/')}_backlog")
     else:
         large_path = Path(f"{urlsplit(url).path}-backlog")
         for suffix in ("", "-wal", "-shm"):
@@ -388,13 +415,15 @@ def main() -> int:
     for engine in engines:
         if engine == "postgresql":
             url = pg_url = pg_database(PG_URL)
+        elif engine == "mariadb":
+            url = mariadb_database(MARIADB_URL)
         elif engine == "sqlite":
             SQLITE_PATH.parent.mkdir(parents=True, exist_ok=True)
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{SQLITE_PATH}{suffix}").unlink(missing_ok=True)
             url = f"sqlite:///{SQLITE_PATH}"
         else:
-            raise SystemExit(f"Unknown engine {engine!r}: expected postgresql or sqlite.")
+            raise SystemExit(f"Unknown engine {engine!r}: expected postgresql, sqlite or mariadb.")
         log(f"{engine}: starting")
         figures += alkstore_figures(engine, url, sizes, runs)
     if args.peers:

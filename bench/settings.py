@@ -18,13 +18,23 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 
 def database_from_url(url: str) -> dict[str, object]:
-    """Return a DATABASES entry for a postgres:// or sqlite:/// URL."""
+    """Return a DATABASES entry for a postgres://, mysql:// or sqlite:/// URL."""
     parts = urlsplit(url)
     if parts.scheme == "sqlite":
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": unquote(parts.path),
             "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"},
+        }
+    if parts.scheme == "mysql":
+        return {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": parts.path.lstrip("/"),
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
+            "HOST": parts.hostname or "",
+            "PORT": str(parts.port or ""),
+            "OPTIONS": {"charset": "utf8mb4"},
         }
     return {
         "ENGINE": "django.db.backends.postgresql",

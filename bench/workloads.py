@@ -43,7 +43,7 @@ def clear() -> None:
     with connection.cursor() as cursor:
         for model in (Job, DeadJob):
             table = model._meta.db_table
-            if connection.vendor == "postgresql":
+            if connection.vendor in ("postgresql", "mysql"):
                 cursor.execute(f"TRUNCATE {table}")
             else:
                 cursor.execute(f"DELETE FROM {table}")
@@ -257,6 +257,9 @@ def fill_backlog(pending: int, dead: int) -> None:
 
         fill(pending, dead)
         return
+    if connection.vendor == "mysql":
+        fill_backlog_mariadb(pending, dead)
+        return
     job, dead_table = Job._meta.db_table, DeadJob._meta.db_table
     series = "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < %s) "
     with connection.cursor() as cursor:
@@ -284,6 +287,35 @@ def fill_backlog(pending: int, dead: int) -> None:
         cursor.execute("ANALYZE")
 
 
+def fill_backlog_mariadb(pending: int, dead: int) -> None:
+    """``fill_backlog`` on MariaDB: the same rows from its sequence engine."""
+    from django.db import connection
+
+    from alkstore_django.models import DeadJob, Job
+
+    job, dead_table = Job._meta.db_table, DeadJob._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {job}")
+        cursor.execute(f"TRUNCATE {dead_table}")
+        cursor.execute(
+            f"INSERT INTO {job} (queue, payload, priority, run_at, attempts, max_attempts, "
+            "visibility_timeout_s, retry_base_s, state, enqueued_at) "
+            "SELECT CONCAT('other-', MOD(seq, 10)), JSON_OBJECT('n', seq), MOD(seq, 5), "
+            "UTC_TIMESTAMP(6) - INTERVAL MOD(seq, 86400) SECOND, 0, 3, 300, 5, 'pending', "
+            f"UTC_TIMESTAMP(6) FROM seq_1_to_{int(pending)}"
+        )
+        if dead:
+            cursor.execute(
+                f"INSERT INTO {dead_table} (id, queue, payload, priority, run_at, attempts, "
+                "max_attempts, visibility_timeout_s, retry_base_s, worker_id, enqueued_at, "
+                "last_error, died_at) SELECT -seq, CONCAT('other-', MOD(seq, 10)), '{}', 0, "
+                "UTC_TIMESTAMP(6), 3, 3, 300, 5, 'w', UTC_TIMESTAMP(6), 'max attempts exceeded', "
+                f"UTC_TIMESTAMP(6) - INTERVAL MOD(seq, 86400) SECOND FROM seq_1_to_{int(dead)}"
+            )
+        cursor.execute(f"ANALYZE TABLE {job}, {dead_table}")
+        cursor.fetchall()
+
+
 def settle_backlog() -> None:
     """Let the bulk fill's aftermath finish before timing, the same for every size.
 
@@ -301,6 +333,9 @@ def settle_backlog() -> None:
             cursor.execute(f"VACUUM ANALYZE {Job._meta.db_table}")
             cursor.execute(f"VACUUM ANALYZE {DeadJob._meta.db_table}")
             cursor.execute("CHECKPOINT")
+        elif connection.vendor == "mysql":
+            cursor.execute(f"ANALYZE TABLE {Job._meta.db_table}, {DeadJob._meta.db_table}")
+            cursor.fetchall()
         else:
             cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 

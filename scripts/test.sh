@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The test command: lint, migrations check, the install test (the built wheel in
-# fresh venvs), then the suite on SQLite and on PostgreSQL, under the newest
-# Django (Python 3.12+) and Django 5.2 LTS, and the Tasks tests under Django 6.0.
+# fresh venvs), then the suite on SQLite, PostgreSQL and MariaDB, and the
+# PostgreSQL subset through PgBouncer in transaction mode, under the newest
+# Django (Python 3.12+); Django 5.2 LTS runs SQLite and PostgreSQL (the
+# engines' SQL does not depend on Django's version, the ORM glue does), and
+# Django 6.0 the Tasks tests.
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh tests/unit -x   # extra arguments go to pytest
 #
-# ALKSTORE_DJANGOS="6 60 52" and ALKSTORE_ENGINES="sqlite postgresql" narrow a run;
-# ALKSTORE_TEST_PG_DB names the PostgreSQL database (the suite uses test_<name>).
+# ALKSTORE_DJANGOS="6 60 52" and ALKSTORE_ENGINES="sqlite postgresql mariadb pgbouncer"
+# narrow a run; ALKSTORE_TEST_PG_DB names the PostgreSQL and MariaDB database
+# (the suite uses test_<name>); ALKSTORE_PGBOUNCER_PORT is PgBouncer's port.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -44,15 +48,32 @@ make_venv() {  # make_venv DIR PYTHON DJANGO_SPEC
   if [ ! -f "$stamp" ]; then
     echo "== preparing $dir ($spec, $("$py" --version))"
     "$py" -m venv "$dir"
-    "$dir/bin/pip" install -q --disable-pip-version-check -e ".[dev]" "$spec" 2>&1 | grep -v '^WARNING: Location' || true
+    "$dir/bin/pip" install -q --disable-pip-version-check -e ".[dev,mysql]" "$spec" 2>&1 | grep -v '^WARNING: Location' || true
     "$dir/bin/python" -c 'import django, pytest_django' || { echo "install failed in $dir"; exit 1; }
     rm -f "$dir"/.alkstore-*; touch "$stamp"
   fi
 }
 
 DJANGOS=${ALKSTORE_DJANGOS:-"6 60 52"}
-ENGINES=${ALKSTORE_ENGINES:-"sqlite postgresql"}
+ENGINES=${ALKSTORE_ENGINES:-"sqlite postgresql mariadb pgbouncer"}
 PG_DB=${ALKSTORE_TEST_PG_DB:-alkstore}
+PGBOUNCER_PORT=${ALKSTORE_PGBOUNCER_PORT:-6433}
+# What runs through PgBouncer: the queue, worker, scheduler, admin, command
+# and Tasks tests (the chaos tier restarts servers and the browser test only
+# drives the admin, which the admin tests cover).
+PGBOUNCER_TESTS=(tests/integration tests/admin tests/commands tests/concurrency tests/tasks tests/contract tests/pooler)
+# Debian packages the engines need: mysqlclient builds against libmysqlclient.
+apt_install() {  # apt_install PACKAGE...
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"; } >/dev/null 2>&1 \
+    || { echo "!! could not install $*"; return 1; }
+}
+if ! pkg-config --exists mysqlclient 2>/dev/null || ! command -v cc >/dev/null 2>&1; then
+  echo "== installing the mysqlclient build dependencies"
+  apt_install default-libmysqlclient-dev build-essential pkg-config
+fi
+case " $ENGINES " in *" pgbouncer "*)
+  command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || { echo "== installing pgbouncer"; apt_install pgbouncer; } ;;
+esac
 VENVS=()
 for d in $DJANGOS; do
   case $d in
@@ -76,13 +97,58 @@ for d in $DJANGOS; do
   esac
 done
 
-case " $ENGINES " in *" postgresql "*)
+case " $ENGINES " in *" postgresql "*|*" pgbouncer "*)
   if ! pg_isready -h 127.0.0.1 -p 5432 -q; then
     echo "== starting PostgreSQL"
     pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
     for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 1; done
   fi ;;
 esac
+
+case " $ENGINES " in *" mariadb "*)
+  if ! mysqladmin -h 127.0.0.1 -u root ping >/dev/null 2>&1; then
+    echo "== starting MariaDB"
+    start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql
+    for _ in $(seq 1 30); do mysqladmin -h 127.0.0.1 -u root ping >/dev/null 2>&1 && break; sleep 1; done
+  fi ;;
+esac
+
+# PgBouncer in transaction mode on its own port, in front of the local server:
+# started here, stopped when this script exits. It runs as postgres (it
+# refuses root) from a private directory.
+PGB_DIR=""
+stop_pgbouncer() {
+  if [ -n "$PGB_DIR" ] && [ -f "$PGB_DIR/pgbouncer.pid" ]; then
+    kill "$(cat "$PGB_DIR/pgbouncer.pid")" 2>/dev/null || true
+  fi
+}
+start_pgbouncer() {
+  PGB_DIR=$(mktemp -d /tmp/alkstore-pgbouncer.XXXXXX)
+  cat > "$PGB_DIR/pgbouncer.ini" <<INI
+[databases]
+* = host=127.0.0.1 port=5432
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $PGBOUNCER_PORT
+unix_socket_dir =
+auth_type = trust
+auth_file = $PGB_DIR/userlist.txt
+admin_users = postgres
+pool_mode = transaction
+default_pool_size = 10
+max_client_conn = 400
+ignore_startup_parameters = extra_float_digits,options
+logfile = $PGB_DIR/pgbouncer.log
+pidfile = $PGB_DIR/pgbouncer.pid
+INI
+  echo '"postgres" ""' > "$PGB_DIR/userlist.txt"
+  chown -R postgres "$PGB_DIR"
+  /usr/sbin/pgbouncer -d -u postgres "$PGB_DIR/pgbouncer.ini"
+  for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p "$PGBOUNCER_PORT" -q && return 0; sleep 0.5; done
+  echo "!! PgBouncer did not come up:"; cat "$PGB_DIR/pgbouncer.log"; return 1
+}
+trap stop_pgbouncer EXIT
+case " $ENGINES " in *" pgbouncer "*) echo "== starting PgBouncer (transaction mode) on port $PGBOUNCER_PORT"; start_pgbouncer ;; esac
 
 # The admin browser test drives Debian's chromium (Playwright cannot download a browser here).
 command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium; } >/dev/null 2>&1 \
@@ -131,22 +197,34 @@ for venv in "${VENVS[@]}"; do
   # 6.0 runs the Tasks tests only (unless told what to run): the rest does not
   # depend on 6.0 vs 6.1. The install test ran above, once.
   LIMIT=(--ignore=tests/test_packaging.py)
+  newest=1
   if [ "$venv" = .venv-django60 ] && [ $# -eq 0 ]; then
-    LIMIT+=(tests/tasks)
+    LIMIT+=(tests/tasks); newest=0
   elif [ "$venv" != "${VENVS[0]}" ]; then
-    LIMIT+=(--ignore=tests/chaos --ignore=tests/browser)
+    LIMIT+=(--ignore=tests/chaos --ignore=tests/browser); newest=0
   fi
   version=$("$venv/bin/python" -c 'import django; print(django.get_version())')
   echo "== makemigrations --check (Django $version)"
   DJANGO_SETTINGS_MODULE=tests.settings "$venv/bin/django-admin" makemigrations --check --dry-run >/dev/null \
     || { echo "!! missing migrations under Django $version"; FAILED=1; }
   for engine in $ENGINES; do
-    if [ "$engine" = postgresql ]; then
-      url="postgres://postgres@127.0.0.1:5432/$PG_DB"
-    else
-      url="sqlite:///$ROOT/.test-db/${PG_DB}-$(basename "$venv").sqlite3"
-    fi
-    run_pytest "Django $version / $engine" "$venv" "$url" "${LIMIT[@]}" "$@"
+    direct=""
+    SELECT=("${LIMIT[@]}")
+    case $engine in
+      postgresql) url="postgres://postgres@127.0.0.1:5432/$PG_DB" ;;
+      mariadb)
+        # MariaDB and PgBouncer exercise the engines' SQL: the newest Django only.
+        [ "$newest" = 1 ] || continue
+        url="mysql://root@127.0.0.1:3306/$PG_DB" ;;
+      pgbouncer)
+        [ "$newest" = 1 ] || continue
+        url="postgres://postgres@127.0.0.1:$PGBOUNCER_PORT/$PG_DB"
+        direct="postgres://postgres@127.0.0.1:5432/$PG_DB"
+        if [ $# -eq 0 ]; then SELECT=(--ignore=tests/test_packaging.py "${PGBOUNCER_TESTS[@]}"); fi ;;
+      *) url="sqlite:///$ROOT/.test-db/${PG_DB}-$(basename "$venv").sqlite3" ;;
+    esac
+    export DIRECT_DATABASE_URL=$direct
+    run_pytest "Django $version / $engine" "$venv" "$url" "${SELECT[@]}" "$@"
   done
 done
 

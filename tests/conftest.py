@@ -10,10 +10,17 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
+
+from alkstore_django.dialects import dialect_class
 
 ROOT = Path(__file__).resolve().parent.parent
-VENDOR = "postgresql" if "postgresql" in settings.DATABASES["default"]["ENGINE"] else "sqlite"
+ENGINE = settings.DATABASES["default"]["ENGINE"]
+VENDOR = next((v for v in ("postgresql", "mysql") if v in ENGINE), "sqlite")
+# The engine's capability flags: tests branch on these, as the package does.
+DIALECT = dialect_class(VENDOR)
+# scripts/test.sh's pgbouncer run: "default" goes through PgBouncer, "direct" past it.
+POOLED = "direct" in settings.DATABASES
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -33,19 +40,58 @@ def postgres_only(reason: str) -> pytest.MarkDecorator:
 
 
 def sqlite_only(reason: str) -> pytest.MarkDecorator:
-    """Skip on PostgreSQL: the test pins SQLite's own behaviour."""
+    """Skip elsewhere: the test pins SQLite's own behaviour."""
     return pytest.mark.skipif(VENDOR != "sqlite", reason=f"SQLite only: {reason}")
 
 
-def database_url() -> str:
+def mysql_only(reason: str) -> pytest.MarkDecorator:
+    """Skip elsewhere: the test pins MariaDB/MySQL's own behaviour."""
+    return pytest.mark.skipif(VENDOR != "mysql", reason=f"MariaDB/MySQL only: {reason}")
+
+
+def unpooled(reason: str) -> pytest.MarkDecorator:
+    """Skip when the suite runs behind a transaction-mode pooler (scripts/test.sh pgbouncer)."""
+    return pytest.mark.skipif(POOLED, reason=f"not behind a transaction-mode pooler: {reason}")
+
+
+def needs(capability: str, reason: str) -> pytest.MarkDecorator:
+    """Skip on an engine whose dialect lacks ``capability`` (a ``Dialect.supports_*`` flag)."""
+    return pytest.mark.skipif(
+        not getattr(DIALECT, capability), reason=f"{VENDOR} lacks {capability}: {reason}"
+    )
+
+
+def database_url(alias: str = "default") -> str:
     """Return a DATABASE_URL for the database the tests are using (the test database)."""
+    connection = connections[alias]
     s = connection.settings_dict
     if connection.vendor == "sqlite":
         return f"sqlite:///{s['NAME']}"
-    user = s.get("USER") or "postgres"
+    scheme, user, port = {"mysql": ("mysql", "root", 3306)}.get(
+        connection.vendor, ("postgres", "postgres", 5432)
+    )
+    user = s.get("USER") or user
     host = s.get("HOST") or "127.0.0.1"
-    port = s.get("PORT") or 5432
-    return f"postgres://{user}@{host}:{port}/{s['NAME']}"
+    port = s.get("PORT") or port
+    return f"{scheme}://{user}@{host}:{port}/{s['NAME']}"
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """Behind a pooler, close its server connections before the test database is dropped.
+
+    PgBouncer keeps idle server connections to the test database, and
+    PostgreSQL refuses to drop a database that has sessions.
+    """
+    yield
+    if "direct" not in settings.DATABASES:
+        return
+    with django_db_blocker.unblock(), connections["direct"].cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    connections["direct"].close()
 
 
 @pytest.fixture
@@ -53,6 +99,11 @@ def subprocess_env() -> dict[str, str]:
     """Environment for a child ``manage.py``/python process on the test database."""
     env = dict(os.environ)
     env["DATABASE_URL"] = database_url()
+    if "direct" in settings.DATABASES:
+        # Past the pooler, to the same test database (the alias mirrors default).
+        env["DIRECT_DATABASE_URL"] = database_url("direct").replace(
+            connections["direct"].settings_dict["NAME"], connection.settings_dict["NAME"]
+        )
     env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env["PYTHONUNBUFFERED"] = "1"
@@ -88,22 +139,19 @@ def settings_variant(tmp_path, subprocess_env) -> Callable[..., dict[str, str]]:
 
 
 @pytest.fixture
-def empty_database_url(tmp_path) -> Iterator[str]:
+def empty_database_url(tmp_path, django_db_blocker) -> Iterator[str]:
     """Yield a DATABASE_URL of a database without any table, on the engine under test."""
     if VENDOR == "sqlite":
         yield f"sqlite:///{tmp_path / 'empty.sqlite3'}"
         return
-    import psycopg
-
-    s = connection.settings_dict
-    name = f"{s['NAME']}_empty"
-    server = {"host": s.get("HOST") or "127.0.0.1", "port": s.get("PORT") or 5432}
-    user = s.get("USER") or "postgres"
-    with psycopg.connect(dbname="postgres", user=user, autocommit=True, **server) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        admin.execute(f'CREATE DATABASE "{name}"')
+    name = f"{connection.settings_dict['NAME']}_empty"
+    quoted = connection.ops.quote_name(name)
+    # The server-level cursor Django itself creates test databases with.
+    with django_db_blocker.unblock(), connection._nodb_cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
+        cursor.execute(f"CREATE DATABASE {quoted}")
     try:
-        yield f"postgres://{user}@{server['host']}:{server['port']}/{name}"
+        yield database_url().rsplit("/", 1)[0] + f"/{name}"
     finally:
-        with psycopg.connect(dbname="postgres", user=user, autocommit=True, **server) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        with django_db_blocker.unblock(), connection._nodb_cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")

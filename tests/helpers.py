@@ -65,6 +65,13 @@ def fill_pending(queue: str, n: int) -> None:
             "now() - make_interval(secs => g), 0, 3, 300, 5, 'pending', now() "
             "FROM generate_series(1, %s) AS g"
         )
+    elif connection.vendor == "mysql":
+        # MariaDB's sequence engine; no recursion limit to raise.
+        sql = (
+            f"INSERT INTO {table} ({columns}) SELECT %s, '{{}}', seq %% 10, "
+            "UTC_TIMESTAMP(6) - INTERVAL seq SECOND, 0, 3, 300, 5, 'pending', UTC_TIMESTAMP(6) "
+            "FROM seq_1_to_%s"
+        )
     else:
         sql = (
             "WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < %s) "
@@ -72,9 +79,25 @@ def fill_pending(queue: str, n: int) -> None:
             "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('-%%d seconds', x)), "
             "0, 3, 300, 5, 'pending', strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') FROM g"
         )
-    params = [queue, n] if connection.vendor == "postgresql" else [n, queue]
+    params = [n, queue] if connection.vendor == "sqlite" else [queue, n]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+
+
+def analyze_tables() -> None:
+    """Refresh the planner's statistics of the job tables.
+
+    On MariaDB/MySQL ``ANALYZE TABLE`` commits the open transaction: a test
+    that calls this there must be a transactional one.
+    """
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "mysql":
+            cursor.execute(f"ANALYZE TABLE {Job._meta.db_table}, {DeadJob._meta.db_table}")
+            cursor.fetchall()
+        else:
+            cursor.execute("ANALYZE")
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 20.0, interval: float = 0.05):

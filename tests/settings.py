@@ -21,6 +21,22 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # A file, not :memory:, so threads, processes and worker subprocesses share it.
     DATABASES["default"]["TEST"] = {"NAME": str(DATABASES["default"]["NAME"])}
     DATABASES["default"]["OPTIONS"] = {"timeout": 30, "transaction_mode": "IMMEDIATE"}
+elif DATABASES["default"]["ENGINE"].endswith("mysql"):
+    # What docs/deployment.md asks of a MariaDB/MySQL site: utf8mb4 throughout.
+    DATABASES["default"]["OPTIONS"] = {"charset": "utf8mb4"}
+    DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_nopad_bin"}
+
+# An engine alkstore has no dialect for (never connected to): for the checks' E006
+# and dialect_for's refusal.
+DATABASES["legacy"] = {"ENGINE": "django.db.backends.dummy"}
+
+if os.environ.get("DIRECT_DATABASE_URL"):
+    # Behind a transaction-mode pooler (scripts/test.sh's pgbouncer run), as
+    # docs/deployment.md advises: no server-side cursors or named prepared
+    # statements through the pooler, and LISTEN over a direct connection.
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    DATABASES["direct"] = env.db("DIRECT_DATABASE_URL")
+    DATABASES["direct"]["TEST"] = {"MIRROR": "default"}
 
 SECRET_KEY = "alkstore-tests-not-secret"
 DEBUG = False
@@ -61,6 +77,8 @@ TEMPLATES = [
 STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 ALKSTORE = {"POLL_INTERVAL_S": 1.0}
+if "direct" in DATABASES:
+    ALKSTORE["LISTEN_DATABASE"] = "direct"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

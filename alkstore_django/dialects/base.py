@@ -1,9 +1,16 @@
-"""SQL shared by both engines; each vendor supplies its clock, its types and its moves.
+"""The vendor contract: every statement alkstore runs, declared once, with its defaults.
 
-Every statement compares against the database's clock, never the app server's,
-so a host with a wrong clock can neither claim early nor steal a live claim.
-Placeholders are ``%s`` throughout (Django's SQLite cursor converts them), so a
-literal percent sign is written ``%%``.
+``Dialect`` is the one interface between the services and a database engine,
+the way Django's ``BaseDatabaseOperations`` is for the ORM. An engine module
+(``postgresql.py``, ``sqlite.py``, ``mysql.py``) subclasses it, sets the
+capability flags, supplies the hooks (its clock, its interval arithmetic, its
+id lists, its transactions) and overrides the statements its SQL cannot share.
+The defaults here are the statements all three engines speak alike.
+
+Every statement compares against the database's clock, never the app
+server's, so a host with a wrong clock can neither claim early nor steal a
+live claim. Placeholders are ``%s`` throughout (Django's SQLite cursor converts
+them), so a literal percent sign is written ``%%``.
 """
 
 from __future__ import annotations
@@ -12,16 +19,20 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
+from django.core import checks
 from django.db import connections
 
-from ..models import DeadJob, Job
+from ..models import DeadJob, Job, Lock, OutcomeMinute, Schedule
 from ..records import EnqueueStamps
 from ..records import Job as JobRecord
 
-J = Job._meta.db_table
-D = DeadJob._meta.db_table
+JOB_TABLE = Job._meta.db_table
+DEAD_TABLE = DeadJob._meta.db_table
+LOCK_TABLE = Lock._meta.db_table
+SCHEDULE_TABLE = Schedule._meta.db_table
+OUTCOME_TABLE = OutcomeMinute._meta.db_table
 
 JOB_COLUMNS = (
     "id",
@@ -55,22 +66,86 @@ FENCE = (
     "id = %s AND state = 'processing' AND generation = %s AND worker_id = %s "
     "AND claim_expires_at > {now}"
 )
+# Exhausted lapsed claims: a worker died after the job's last allowed claim.
+EXHAUSTED_LAPSED = "state = 'processing' AND attempts >= max_attempts AND claim_expires_at <= {now}"
+# What a dead letter becomes when it is requeued: the same id and stamps,
+# pending, due now, attempts reset, its last error kept for the operator.
+# An expiry that has already passed is dropped: a requeued job is meant to run.
+REQUEUE_COLUMNS = JOB_SELECT
+REQUEUE_SELECT = (
+    "id, queue, payload, priority, {now}, 0, max_attempts, visibility_timeout_s, "
+    "retry_base_s, CASE WHEN expires_at > {now} THEN expires_at END, 'pending', NULL, NULL, "
+    "last_error, enqueued_at, generation"
+)
+
+
+class Watcher:
+    """Waits for wake-ups on a set of channels over its own dedicated connection."""
+
+    def receive(self, timeout_s: float) -> list[tuple[str, str]]:
+        """Return the (channel, payload) pairs that arrived within ``timeout_s``."""
+        raise NotImplementedError
+
+    def wait(self, timeout_s: float) -> bool:
+        """Return True as soon as something may have changed, False on timeout."""
+        return bool(self.receive(timeout_s))
+
+    def close(self) -> None:
+        """Close the watcher's connection."""
+        raise NotImplementedError
 
 
 class Dialect:
-    """One database alias's SQL. Connections are looked up per call (they are per thread)."""
+    """One database alias's statements. Connections are looked up per call (they are per thread).
 
-    vendor = ""
+    The capability flags say what the engine can do; code outside
+    ``dialects/`` (and the tests) branch on them, never on a vendor name.
+    """
+
+    vendor: ClassVar[str] = ""
+    #: A claim skips rows another session has locked (``FOR UPDATE SKIP
+    #: LOCKED``). Without it a claim takes the database's write lock and
+    #: concurrent claimants queue behind one another (SQLite).
+    supports_skip_locked: ClassVar[bool] = False
+    #: Wake-ups are pushed to a listening session (``LISTEN``/``NOTIFY``).
+    #: Without it the watcher polls: the database file (SQLite) or a cheap
+    #: probe of the claimable rows (MariaDB/MySQL).
+    supports_listen_notify: ClassVar[bool] = False
+    #: ``UPDATE … RETURNING``: a claim is one statement that hands back the
+    #: rows it claimed. Without it the claim locks its rows, updates them by
+    #: primary key and reads them back inside one transaction.
+    supports_update_returning: ClassVar[bool] = False
 
     def __init__(self, using: str) -> None:
         self.using = using
 
-    # --- vendor hooks -------------------------------------------------------
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} using={self.using!r}>"
+
+    # --- engine hooks -------------------------------------------------------------
+
+    @classmethod
+    def prepare_connection(cls, connection: Any) -> None:
+        """Configure a new connection of this vendor (``connection_created``); default: nothing."""
+
+    @classmethod
+    def check_settings(cls, alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
+        """Return system-check warnings about the alias's ``DATABASES`` entry; default: none."""
+        return []
+
+    @classmethod
+    def prepare_schema(cls, schema_editor: Any, tables: Sequence[str]) -> None:
+        """Adjust the app's freshly migrated ``tables`` for this engine; default: nothing."""
+
+    def server_problem(self) -> str | None:
+        """Return why this database server cannot run alkstore (its version), or None."""
+        return None
 
     @contextmanager
     def write_transaction(self) -> Iterator[Any]:
         """Yield a cursor inside a write transaction (joining the caller's, if any)."""
         raise NotImplementedError
+        yield  # pragma: no cover
 
     def now_sql(self) -> tuple[str, list[Any]]:
         """Return SQL (and params) for the database's clock in this statement."""
@@ -80,29 +155,40 @@ class Dialect:
         """Return SQL for the instant ``seconds`` (an SQL expression) after ``base``."""
         raise NotImplementedError
 
-    def json_param(self) -> str:
+    def ids_sql(self, ids: Sequence[int]) -> tuple[str, list[Any]]:
+        """Return SQL (and params) matching ``id`` against ``ids``."""
         raise NotImplementedError
 
-    def enqueue(self, stamps: EnqueueStamps, payloads: Sequence[str]) -> list[int]:
-        """Insert one job per payload in one statement; return the ids in payload order."""
+    def json_sql(self) -> str:
+        """Return the placeholder for one JSON-text parameter."""
+        return "%s"
+
+    def next_boundary_sql(self, now: str) -> str:
+        """Return SQL for each schedule's first ``interval_s`` boundary after ``now``."""
         raise NotImplementedError
 
-    def claim(self, queue: str, worker_id: str, n: int) -> list[JobRecord]:
-        raise NotImplementedError
+    def open_watcher(
+        self,
+        channels: Sequence[str],
+        *,
+        queues: Sequence[str] = (),
+        listen_alias: str | None = None,
+    ) -> Watcher:
+        """Return a watcher for ``channels`` (already-mapped names) and the ``queues``' new jobs.
 
-    def bury(self, where: str, params: list[Any], error: str) -> int:
-        """Move the live rows matching ``where`` to the dead letters with ``error``.
-
-        ``where`` may end with one ``{now}``, the database clock; ``params``
-        fill the ``%s`` before it.
+        ``listen_alias`` is the alias of a direct connection past any pooler,
+        for an engine whose wake-ups need a session.
         """
         raise NotImplementedError
 
-    def ack_many(self, queue: str, ids: Sequence[int]) -> int:
-        raise NotImplementedError
+    # --- the statements each engine writes its own way -------------------------------
 
-    def ack_fenced(self, worker_id: str, fences: Sequence[tuple[int, int]]) -> list[int]:
-        """Delete each (id, generation) still under ``worker_id``'s claim; return the ids."""
+    def enqueue(self, stamps: EnqueueStamps, payloads: Sequence[str]) -> list[int]:
+        """Insert one job per payload in one statement; return the ids in payload order.
+
+        Joins the caller's transaction; workers listening on the queue are
+        woken once it commits.
+        """
         raise NotImplementedError
 
     def claim_and_ack(
@@ -115,17 +201,72 @@ class Dialect:
     ) -> tuple[list[int], list[JobRecord]]:
         """Ack ``fences`` (as ``ack_fenced`` for ``ack_worker_id``) and claim up to ``n``.
 
-        One transaction (and on PostgreSQL one statement): the acks are durable
-        once this returns, and the worker pays one commit per cycle, not three.
-        Returns (acked ids, claimed jobs in claim order). ``claim`` is this
-        with no fences.
+        One transaction (and on PostgreSQL one statement): the acks are
+        durable once this returns, and the worker pays one commit per cycle.
+        Before claiming, the queue's lapsed claims with no attempts left are
+        dead-lettered and the others become claimable again. A claim adds 1
+        to ``attempts`` and to ``generation``. Returns (acked ids, claimed
+        jobs in claim order: priority descending, run_at, id). This is the
+        one claim path; later claim rules (uniqueness, pauses, limits) extend
+        each engine's version of it.
         """
         raise NotImplementedError
 
-    def notify(self, channel: str, payload: str) -> None:
+    def bury(self, where: str, params: list[Any], error: str) -> int:
+        """Move the live rows matching ``where`` to the dead letters with ``error``.
+
+        ``where`` may end with one ``{now}``, the database clock; ``params``
+        fill the ``%s`` before it. Returns how many rows moved.
+        """
         raise NotImplementedError
 
-    # --- shared helpers -----------------------------------------------------
+    def ack_many(self, queue: str, ids: Sequence[int]) -> int:
+        """Delete each of ``ids`` in ``queue`` under an unexpired claim; return the count."""
+        raise NotImplementedError
+
+    def ack_fenced(self, worker_id: str, fences: Sequence[tuple[int, int]]) -> list[int]:
+        """Delete each (id, generation) still under ``worker_id``'s claim; return the ids."""
+        raise NotImplementedError
+
+    def notify(self, channel: str, payload: str) -> None:
+        """Send ``payload`` on ``channel``, delivered when the caller's transaction commits."""
+        raise NotImplementedError
+
+    def move_dead_to_live(self, cursor: Any, ids: Sequence[int]) -> dict[str, int]:
+        """Requeue the dead letters ``ids`` inside the caller's write transaction.
+
+        Returns how many moved per queue.
+        """
+        raise NotImplementedError
+
+    def record_outcomes(self, rows: Sequence[tuple[str, int, int, int]]) -> None:
+        """Add (queue, acked, retried, dead) to each queue's row of the current minute."""
+        raise NotImplementedError
+
+    def acquire_lock(self, name: str, owner: str, ttl_s: float) -> tuple[int, datetime] | None:
+        """Take or renew the lease ``name`` for ``owner``; return (fence, expires_at) or None.
+
+        None means another owner holds an unexpired lease. The lease is kept
+        by its owner while unexpired; anyone may take it once it has expired
+        (or been released, which expires it at once). Every take that is not
+        the live owner renewing is a change of hands and bumps the fence.
+        """
+        raise NotImplementedError
+
+    def renew_lock(self, name: str, owner: str, fence: int, ttl_s: float) -> datetime | None:
+        """Reset an unexpired lease to now + ``ttl_s``; return the new expiry, or None if lost."""
+        raise NotImplementedError
+
+    def upsert_schedule(self, values: dict[str, Any], next_run_at: datetime) -> None:
+        """Insert or update the schedule ``values["name"]`` in one statement.
+
+        ``values`` holds name, spec, interval_s, queue, payload (JSON text) and
+        the resolved stamps. An unchanged spec keeps the stored ``next_run_at``;
+        a changed one takes ``next_run_at``. ``enabled`` survives re-registration.
+        """
+        raise NotImplementedError
+
+    # --- shared helpers ---------------------------------------------------------------
 
     @property
     def connection(self) -> Any:
@@ -162,32 +303,43 @@ class Dialect:
             generation=row[15],
         )
 
-    def execute(self, sql: str, params: Sequence[Any]) -> Any:
-        cursor = self.connection.cursor()
-        cursor.execute(sql, list(params))
-        return cursor
+    def _rowcount(self, sql: str, params: Sequence[Any]) -> int:
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, list(params))
+            return cursor.rowcount
 
-    def fence_where(self, now: str) -> str:
-        return FENCE.format(now=now)
+    def _fetchall(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, list(params))
+            return cursor.fetchall()
 
-    # --- handle operations: one statement each --------------------------------
+    def _seconds_until(self, soonest: Any, db_now: Any) -> float | None:
+        soonest, db_now = self.to_datetime(soonest), self.to_datetime(db_now)
+        if soonest is None or db_now is None:
+            return None
+        return max((soonest - db_now).total_seconds(), 0.0)
+
+    # --- queue statements ---------------------------------------------------------------
+
+    def claim(self, queue: str, worker_id: str, n: int) -> list[JobRecord]:
+        """Claim up to ``n`` jobs: ``claim_and_ack`` with nothing to ack."""
+        return self.claim_and_ack(queue, worker_id, n, "", ())[1]
 
     def ack(self, job_id: int, generation: int, worker_id: str) -> bool:
+        """Delete the job if it is still under this claim."""
         now, now_params = self.now_sql()
-        sql = f"DELETE FROM {J} WHERE {self.fence_where(now)}"
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, [job_id, generation, worker_id, *now_params])
-            return cursor.rowcount == 1
+        sql = f"DELETE FROM {JOB_TABLE} WHERE {FENCE.format(now=now)}"
+        return self._rowcount(sql, [job_id, generation, worker_id, *now_params]) == 1
 
     def heartbeat(self, job_id: int, generation: int, worker_id: str, extend_s: float) -> bool:
+        """Reset the claim deadline to now + ``extend_s`` if the claim is still live."""
         now, now_params = self.now_sql()
         sql = (
-            f"UPDATE {J} SET claim_expires_at = {self.plus_sql(now, '%s')} "
-            f"WHERE {self.fence_where(now)}"
+            f"UPDATE {JOB_TABLE} SET claim_expires_at = {self.plus_sql(now, '%s')} "
+            f"WHERE {FENCE.format(now=now)}"
         )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, [*now_params, extend_s, job_id, generation, worker_id, *now_params])
-            return cursor.rowcount == 1
+        params = [*now_params, extend_s, job_id, generation, worker_id, *now_params]
+        return self._rowcount(sql, params) == 1
 
     def requeue_claimed(
         self,
@@ -202,6 +354,8 @@ class Dialect:
 
         With ``delay_s`` it is a retry: due after the delay, the claim's attempt
         kept. Without, it is a release: due where it was, the attempt given back.
+        No assignment reads a column another one writes, so the statement means
+        the same on MySQL, which applies assignments left to right.
         """
         now, now_params = self.now_sql()
         sets = ["state = 'pending'", "worker_id = NULL", "claim_expires_at = NULL"]
@@ -214,20 +368,20 @@ class Dialect:
         else:
             sets.append(f"run_at = {self.plus_sql(now, '%s')}")
             params += [*now_params, delay_s]
-        sql = f"UPDATE {J} SET {', '.join(sets)} WHERE {self.fence_where(now)}"
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, [*params, job_id, generation, worker_id, *now_params])
-            return cursor.rowcount == 1
+        sql = f"UPDATE {JOB_TABLE} SET {', '.join(sets)} WHERE {FENCE.format(now=now)}"
+        return self._rowcount(sql, [*params, job_id, generation, worker_id, *now_params]) == 1
 
     def bury_claimed(self, job_id: int, generation: int, worker_id: str, error: str) -> bool:
+        """Dead-letter the job with ``error`` if it is still under this claim."""
         return self.bury(FENCE, [job_id, generation, worker_id], error) == 1
 
     def cancel(self, queue: str, job_id: int) -> bool:
-        with self.connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {J} WHERE id = %s AND queue = %s", [job_id, queue])
-            return cursor.rowcount == 1
+        """Delete a live job of ``queue`` whatever its state."""
+        sql = f"DELETE FROM {JOB_TABLE} WHERE id = %s AND queue = %s"
+        return self._rowcount(sql, [job_id, queue]) == 1
 
     def expire(self, queue: str) -> int:
+        """Dead-letter the queue's live rows past their expiry; return how many."""
         return self.bury("queue = %s AND expires_at <= {now}", [queue], "expired")
 
     def bury_exhausted_lapsed(self) -> int:
@@ -236,32 +390,25 @@ class Dialect:
         A claim on a queue buries that queue's exhausted lapsed claims first;
         this catches those of a queue that nobody claims from any more.
         """
-        return self.bury(
-            "state = 'processing' AND attempts >= max_attempts AND claim_expires_at <= {now}",
-            [],
-            "max attempts exceeded",
-        )
+        return self.bury(EXHAUSTED_LAPSED, [], "max attempts exceeded")
 
     def purge_dead(self, queue: str, older_than_s: float) -> int:
+        """Delete the queue's dead letters that died ``older_than_s`` ago or earlier."""
         now, now_params = self.now_sql()
         cutoff = self.plus_sql(now, "%s")
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"DELETE FROM {D} WHERE queue = %s AND died_at <= {cutoff}",
-                [queue, *now_params, -older_than_s],
-            )
-            return cursor.rowcount
+        sql = f"DELETE FROM {DEAD_TABLE} WHERE queue = %s AND died_at <= {cutoff}"
+        return self._rowcount(sql, [queue, *now_params, -older_than_s])
 
     def stats(self, queue: str) -> tuple[int, int, int, int, int, float | None]:
         """Return pending (ready), scheduled, processing, overdue, dead, oldest ready age."""
         now, now_params = self.now_sql()
-        live = f"FROM {J} WHERE queue = %s AND state ="
+        live = f"FROM {JOB_TABLE} WHERE queue = %s AND state ="
         sql = (
             f"SELECT (SELECT count(*) {live} 'pending' AND run_at <= {now}), "
             f"(SELECT count(*) {live} 'pending' AND run_at > {now}), "
             f"(SELECT count(*) {live} 'processing'), "
             f"(SELECT count(*) {live} 'processing' AND claim_expires_at <= {now}), "
-            f"(SELECT count(*) FROM {D} WHERE queue = %s), "
+            f"(SELECT count(*) FROM {DEAD_TABLE} WHERE queue = %s), "
             f"(SELECT min(run_at) {live} 'pending' AND run_at <= {now}), {now}"
         )
         params = [
@@ -273,12 +420,10 @@ class Dialect:
             queue, *now_params,
             *now_params,
         ]  # fmt: skip
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
+        row = self._fetchall(sql, params)[0]
         oldest, db_now = self.to_datetime(row[5]), self.to_datetime(row[6])
         age = (db_now - oldest).total_seconds() if oldest and db_now else None
-        return row[0], row[1], row[2], row[3], row[4], age
+        return int(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]), age
 
     def next_due_at(self, queues: Sequence[str]) -> float | None:
         """Return seconds until something in ``queues`` next becomes claimable.
@@ -292,22 +437,77 @@ class Dialect:
         now, now_params = self.now_sql()
         marks = ", ".join(["%s"] * len(queues))
         sql = (
-            f"SELECT (SELECT min(run_at) FROM {J} WHERE queue IN ({marks}) "
+            f"SELECT (SELECT min(run_at) FROM {JOB_TABLE} WHERE queue IN ({marks}) "
             f"AND state = 'pending' AND run_at > enqueued_at AND run_at > {now}), "
-            f"(SELECT min(claim_expires_at) FROM {J} WHERE queue IN ({marks}) "
+            f"(SELECT min(claim_expires_at) FROM {JOB_TABLE} WHERE queue IN ({marks}) "
             f"AND state = 'processing' AND claim_expires_at > {now}), {now}"
         )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, [*queues, *now_params, *queues, *now_params, *now_params])
-            row = cursor.fetchone()
-        db_now = self.to_datetime(row[2])
+        row = self._fetchall(sql, [*queues, *now_params, *queues, *now_params, *now_params])[0]
         times = [t for t in (self.to_datetime(row[0]), self.to_datetime(row[1])) if t]
-        if not times or db_now is None:
-            return None
-        return max((min(times) - db_now).total_seconds(), 0.0)
+        return self._seconds_until(min(times), row[2]) if times else None
 
     def database_now(self) -> datetime:
+        """Return the database's clock, timezone-aware."""
         now, now_params = self.now_sql()
-        with self.connection.cursor() as cursor:
-            cursor.execute(f"SELECT {now}", now_params)
-            return self.to_datetime(cursor.fetchone()[0])  # type: ignore[return-value]
+        return self.to_datetime(self._fetchall(f"SELECT {now}", now_params)[0][0])  # type: ignore[return-value]
+
+    # --- leases and schedules -----------------------------------------------------------
+
+    def release_lock(self, name: str, owner: str, fence: int) -> bool:
+        """Expire an unexpired lease now; False when it was already lost.
+
+        The row stays so the fence keeps growing across releases.
+        """
+        now, now_params = self.now_sql()
+        sql = (
+            f"UPDATE {LOCK_TABLE} SET expires_at = {now} "
+            f"WHERE name = %s AND owner = %s AND fence = %s AND expires_at > {now}"
+        )
+        return self._rowcount(sql, [*now_params, name, owner, fence, *now_params]) == 1
+
+    def seconds_until_next_fire(self) -> float | None:
+        """Return seconds until the soonest enabled schedule is due (0 if one is), or None."""
+        now, now_params = self.now_sql()
+        sql = f"SELECT min(next_run_at), {now} FROM {SCHEDULE_TABLE} WHERE enabled = %s"
+        row = self._fetchall(sql, [*now_params, True])[0]
+        return self._seconds_until(row[0], row[1])
+
+    # --- operators (standard SQL in operators.OperatorDialect) -----------------------------
+
+    def set_schedules_enabled(self, ids: Sequence[int], enabled: bool) -> int:
+        """Pause or resume schedules; return how many rows changed."""
+        raise NotImplementedError
+
+    def dead_ids(self, queue: str, after_id: int, limit: int) -> list[int]:
+        """Return up to ``limit`` ids of ``queue``'s dead letters above ``after_id``, ascending."""
+        raise NotImplementedError
+
+    def dead_queues(self) -> list[str]:
+        """Return the queues that have dead letters, sorted."""
+        raise NotImplementedError
+
+    def delete_dead(self, ids: Sequence[int]) -> int:
+        """Delete the dead letters ``ids``; return the count."""
+        raise NotImplementedError
+
+    def purge_dead_batch(self, queue: str, cutoff: datetime, limit: int) -> int:
+        """Delete up to ``limit`` of ``queue``'s dead letters that died at or before ``cutoff``."""
+        raise NotImplementedError
+
+    def overview(self, now: datetime) -> dict[str, dict[str, Any]]:
+        """Return per-queue counts (pending, scheduled, processing, overdue, dead) as of ``now``."""
+        raise NotImplementedError
+
+    def prune_outcomes(self, keep_s: float) -> int:
+        """Delete outcome counters older than ``keep_s`` seconds; return the count."""
+        raise NotImplementedError
+
+
+def schedule_params(dialect: Dialect, values: dict[str, Any], next_run_at: datetime) -> list[Any]:
+    """Return the schedule upsert's row values, in column order (name … next_run_at)."""
+    return [
+        values["name"], values["spec"], values["interval_s"], values["queue"],
+        values["payload"], values["priority"], values["max_attempts"],
+        values["visibility_timeout_s"], values["retry_base_s"], values["expires_s"],
+        True, dialect.adapt_datetime(next_run_at),
+    ]  # fmt: skip

@@ -1,18 +1,41 @@
-"""PostgreSQL: ``FOR UPDATE SKIP LOCKED`` claims, single-statement moves, ``NOTIFY`` wake-ups."""
+"""PostgreSQL: ``FOR UPDATE SKIP LOCKED`` claims, single-statement moves, ``NOTIFY`` wake-ups.
+
+The hot statements (enqueue, the worker's claim) run as server-side prepared
+statements unless the alias sets ``DISABLE_SERVER_SIDE_CURSORS``, which is
+what Django asks of a site behind a transaction-mode pooler: there a named
+statement would not follow the next transaction to its server connection.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache, cached_property
 from typing import Any
 
-from django.db import transaction
+from django.core import checks
+from django.db import connections, transaction
 
 from ..records import EnqueueStamps
 from ..records import Job as JobRecord
-from .base import DEAD_COLUMNS, DEAD_COPY, JOB_SELECT, D, Dialect, J
+from .base import (
+    DEAD_COLUMNS,
+    DEAD_COPY,
+    DEAD_TABLE,
+    JOB_SELECT,
+    JOB_TABLE,
+    OUTCOME_TABLE,
+    REQUEUE_COLUMNS,
+    REQUEUE_SELECT,
+    Watcher,
+)
+from .upserts import OnConflictDialect
+
+logger = logging.getLogger(__name__)
 
 NOW = "statement_timestamp()"
 NEVER_AUTO_PREPARE = 2**62
@@ -35,7 +58,7 @@ def _enqueue_sql(single: bool, when: str, expires: bool) -> str:
     run_at = {"now": NOW, "delay": _plus(NOW, "%s::float8"), "at": "%s::timestamptz"}[when]
     expires_at = _plus(NOW, "%s::float8") if expires else "NULL"
     columns = (
-        f"INSERT INTO {J} (queue, payload, priority, run_at, attempts, max_attempts, "
+        f"INSERT INTO {JOB_TABLE} (queue, payload, priority, run_at, attempts, max_attempts, "
         "visibility_timeout_s, retry_base_s, expires_at, state, enqueued_at)"
     )
     values = f"%s, {run_at}, 0, %s, %s, %s, {expires_at}, 'pending', {NOW}"
@@ -48,12 +71,40 @@ def _enqueue_sql(single: bool, when: str, expires: bool) -> str:
     )
 
 
-class PostgresDialect(Dialect):
+class PostgresDialect(OnConflictDialect):
+    """PostgreSQL 13+ through psycopg 3."""
+
     vendor = "postgresql"
+    supports_skip_locked = True
+    supports_listen_notify = True
 
     def __init__(self, using: str) -> None:
         super().__init__(using)
         self._cursors = threading.local()
+
+    @classmethod
+    def check_settings(cls, alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
+        """Refuse a site whose Django talks to PostgreSQL through psycopg2 only.
+
+        alkstore prepares its statements and listens through psycopg 3; a
+        site on psycopg2 is not switched over behind its back.
+        """
+        try:
+            import psycopg  # noqa: F401
+        except ImportError as exc:
+            return [
+                checks.Error(
+                    f"ALKSTORE['DATABASE'] {alias!r} is PostgreSQL, and psycopg 3 cannot be "
+                    f"imported ({exc}).",
+                    hint=(
+                        "alkstore_django talks to PostgreSQL through psycopg 3 (psycopg2 is "
+                        "not enough): pip install 'alkstore-django[postgres]'."
+                    ),
+                    obj="settings.DATABASES",
+                    id="alkstore.E202",
+                )
+            ]
+        return []
 
     @contextmanager
     def write_transaction(self) -> Iterator[Any]:
@@ -65,6 +116,24 @@ class PostgresDialect(Dialect):
 
     def plus_sql(self, base: str, seconds: str) -> str:
         return _plus(base, seconds)
+
+    def ids_sql(self, ids: Sequence[int]) -> tuple[str, list[Any]]:
+        return "id = ANY(%s::bigint[])", [list(ids)]
+
+    def json_sql(self) -> str:
+        return "%s::jsonb"
+
+    def next_boundary_sql(self, now: str) -> str:
+        return f"to_timestamp((floor(extract(epoch FROM {now}) / interval_s) + 1) * interval_s)"
+
+    def open_watcher(
+        self,
+        channels: Sequence[str],
+        *,
+        queues: Sequence[str] = (),
+        listen_alias: str | None = None,
+    ) -> Watcher:
+        return PostgresWatcher(listen_alias or self.using, list(channels))
 
     def fetch_prepared(
         self, sql: str, params: Sequence[Any], *, keep_cursor: bool = False
@@ -136,9 +205,6 @@ class PostgresDialect(Dialect):
         sql = _enqueue_sql(single, when, stamps.expires_s is not None)
         return [row[0] for row in self.fetch_prepared(sql, params, keep_cursor=True)]
 
-    def claim(self, queue: str, worker_id: str, n: int) -> list[JobRecord]:
-        return self.claim_and_ack(queue, worker_id, n, "", ())[1]
-
     def claim_and_ack(
         self,
         queue: str,
@@ -172,15 +238,15 @@ class PostgresDialect(Dialect):
         return (
             # id = ANY() steers the planner to the primary key whatever the
             # estimate for unnest().
-            f"WITH acked AS (DELETE FROM {J} j USING unnest(%s::bigint[], %s::bigint[]) "
+            f"WITH acked AS (DELETE FROM {JOB_TABLE} j USING unnest(%s::bigint[], %s::bigint[]) "
             "AS f(id, generation) WHERE j.id = ANY(%s::bigint[]) AND j.id = f.id "
             "AND j.generation = f.generation "
             f"AND j.worker_id = %s AND j.state = 'processing' AND j.claim_expires_at > {NOW} "
             "RETURNING j.id), "
             f"lapsed AS (SELECT j.id, j.priority, j.run_at, j.attempts < j.max_attempts AS live, "
-            f"{due} AS due FROM {J} j WHERE j.queue = %s AND j.state = 'processing' "
+            f"{due} AS due FROM {JOB_TABLE} j WHERE j.queue = %s AND j.state = 'processing' "
             f"AND j.claim_expires_at <= {NOW} FOR UPDATE SKIP LOCKED), "
-            f"fresh AS (SELECT j.id, j.priority, j.run_at FROM {J} j WHERE j.queue = %s "
+            f"fresh AS (SELECT j.id, j.priority, j.run_at FROM {JOB_TABLE} j WHERE j.queue = %s "
             f"AND j.state = 'pending' AND j.run_at <= {NOW} AND {due} "
             "ORDER BY j.priority DESC, j.run_at, j.id LIMIT %s FOR UPDATE SKIP LOCKED), "
             "pick AS (SELECT id FROM (SELECT id, priority, run_at FROM fresh UNION ALL "
@@ -188,14 +254,14 @@ class PostgresDialect(Dialect):
             "ORDER BY priority DESC, run_at, id LIMIT %s), "
             # The moves of lapsed rows look them up by primary key the same way
             # as the claim below, whatever the generic plan guesses for lapsed.
-            f"dead AS (DELETE FROM {J} j "
+            f"dead AS (DELETE FROM {JOB_TABLE} j "
             "WHERE j.id = ANY(ARRAY(SELECT id FROM lapsed WHERE NOT live)) RETURNING j.*), "
-            f"buried AS (INSERT INTO {D} ({DEAD_COLUMNS}) SELECT {DEAD_COPY}, "
+            f"buried AS (INSERT INTO {DEAD_TABLE} ({DEAD_COLUMNS}) SELECT {DEAD_COPY}, "
             f"'max attempts exceeded', {NOW} FROM dead), "
-            f"revived AS (UPDATE {J} j SET state = 'pending', worker_id = NULL, "
+            f"revived AS (UPDATE {JOB_TABLE} j SET state = 'pending', worker_id = NULL, "
             "claim_expires_at = NULL WHERE j.id = ANY(ARRAY(SELECT id FROM lapsed "
             "WHERE live AND id NOT IN (SELECT id FROM pick)))), "
-            f"c AS (UPDATE {J} j SET state = 'processing', attempts = j.attempts + 1, "
+            f"c AS (UPDATE {JOB_TABLE} j SET state = 'processing', attempts = j.attempts + 1, "
             "generation = j.generation + 1, "
             f"worker_id = %s, claim_expires_at = {self.plus_sql(NOW, 'j.visibility_timeout_s')} "
             # = ANY(ARRAY(...)) keeps the primary-key lookup in the generic plan a
@@ -208,32 +274,121 @@ class PostgresDialect(Dialect):
 
     def bury(self, where: str, params: list[Any], error: str) -> int:
         sql = (
-            f"WITH dead AS (DELETE FROM {J} WHERE {where.format(now=NOW)} RETURNING *) "
-            f"INSERT INTO {D} ({DEAD_COLUMNS}) SELECT {DEAD_COPY}, %s, {NOW} FROM dead"
+            f"WITH dead AS (DELETE FROM {JOB_TABLE} WHERE {where.format(now=NOW)} RETURNING *) "
+            f"INSERT INTO {DEAD_TABLE} ({DEAD_COLUMNS}) SELECT {DEAD_COPY}, %s, {NOW} FROM dead"
         )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, [*params, error])
-            return cursor.rowcount
+        return self._rowcount(sql, [*params, error])
 
     def ack_many(self, queue: str, ids: Sequence[int]) -> int:
         sql = (
-            f"DELETE FROM {J} WHERE id = ANY(%s::bigint[]) AND queue = %s "
+            f"DELETE FROM {JOB_TABLE} WHERE id = ANY(%s::bigint[]) AND queue = %s "
             f"AND state = 'processing' AND claim_expires_at > {NOW}"
         )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, [list(ids), queue])
-            return cursor.rowcount
+        return self._rowcount(sql, [list(ids), queue])
 
     def ack_fenced(self, worker_id: str, fences: Sequence[tuple[int, int]]) -> list[int]:
         sql = (
-            f"DELETE FROM {J} j USING unnest(%s::bigint[], %s::bigint[]) AS f(id, generation) "
-            "WHERE j.id = f.id AND j.generation = f.generation AND j.worker_id = %s "
-            f"AND j.state = 'processing' AND j.claim_expires_at > {NOW} RETURNING j.id"
+            f"DELETE FROM {JOB_TABLE} j USING unnest(%s::bigint[], %s::bigint[]) "
+            "AS f(id, generation) WHERE j.id = f.id AND j.generation = f.generation "
+            f"AND j.worker_id = %s AND j.state = 'processing' AND j.claim_expires_at > {NOW} "
+            "RETURNING j.id"
         )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, [[f[0] for f in fences], [f[1] for f in fences], worker_id])
-            return [row[0] for row in cursor.fetchall()]
+        rows = self._fetchall(sql, [[f[0] for f in fences], [f[1] for f in fences], worker_id])
+        return [row[0] for row in rows]
 
     def notify(self, channel: str, payload: str) -> None:
-        with self.connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [channel, payload])
+        self._fetchall("SELECT pg_notify(%s, %s)", [channel, payload])
+
+    # --- operators --------------------------------------------------------------------
+
+    def move_dead_to_live(self, cursor: Any, ids: Sequence[int]) -> dict[str, int]:
+        # One statement: the rows leave the dead letters and arrive live together.
+        sql = (
+            f"WITH moved AS (DELETE FROM {DEAD_TABLE} WHERE id = ANY(%s::bigint[]) RETURNING *), "
+            f"ins AS (INSERT INTO {JOB_TABLE} ({REQUEUE_COLUMNS}) "
+            f"SELECT {REQUEUE_SELECT.format(now=NOW)} FROM moved RETURNING queue) "
+            "SELECT queue, count(*) FROM ins GROUP BY queue"
+        )
+        cursor.execute(sql, [list(ids)])
+        return {queue: int(n) for queue, n in cursor.fetchall()}
+
+    def record_outcomes(self, rows: Sequence[tuple[str, int, int, int]]) -> None:
+        sql = (
+            f"INSERT INTO {OUTCOME_TABLE} AS o (queue, minute, acked, retried, dead) "
+            "SELECT u.q, date_trunc('minute', statement_timestamp()), u.a, u.r, u.d "
+            "FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::bigint[]) AS u(q, a, r, d) "
+            "ON CONFLICT (queue, minute) DO UPDATE SET acked = o.acked + excluded.acked, "
+            "retried = o.retried + excluded.retried, dead = o.dead + excluded.dead"
+        )
+        self._rowcount(sql, [list(column) for column in zip(*rows, strict=True)])
+
+
+class PostgresWatcher(Watcher):
+    """One LISTEN connection for all channels; it reconnects after a drop.
+
+    It connects through ``LISTEN_DATABASE`` when set, so a transaction-mode
+    pooler (which cannot hold a LISTEN) can serve everything else.
+    """
+
+    def __init__(self, alias: str, channels: list[str]) -> None:
+        self.alias = alias
+        self.channels = channels
+        self._conn: Any = None
+        self.reconnects = 0
+        # LISTEN at once: a notification sent between opening the watcher and
+        # the first receive() must not be lost. A failure here is retried there.
+        import psycopg  # here, not at the top: a SQLite site need not have it
+
+        try:
+            self._conn = self._connect()
+        except psycopg.Error as exc:
+            logger.warning("listener connection failed alias=%s error=%s", alias, exc)
+
+    def _connect(self) -> Any:
+        from psycopg import sql as pgsql
+
+        wrapper = connections[self.alias]
+        conn = wrapper.get_new_connection(wrapper.get_connection_params())
+        conn.autocommit = True
+        for channel in self.channels:
+            conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))
+        return conn
+
+    def receive(self, timeout_s: float) -> list[tuple[str, str]]:
+        import psycopg
+
+        deadline = time.monotonic() + timeout_s
+        try:
+            if self._conn is None or self._conn.closed:
+                if self._conn is not None:
+                    self.reconnects += 1
+                self._conn = self._connect()
+                if self.reconnects:
+                    logger.info("listener reconnected alias=%s", self.alias)
+                    # Anything sent while we were away is lost: report a wake-up
+                    # so the caller polls at once.
+                    return [("", "")]
+            messages = []
+            for note in self._conn.notifies(timeout=max(timeout_s, 0.0), stop_after=1):
+                messages.append((note.channel, note.payload))
+            # Drain whatever else already arrived without waiting again.
+            if messages:
+                for note in self._conn.notifies(timeout=0, stop_after=1000):
+                    messages.append((note.channel, note.payload))
+            return messages
+        except psycopg.Error as exc:
+            logger.warning("listener connection lost alias=%s error=%s", self.alias, exc)
+            self._drop()
+            # Back off briefly instead of spinning on a dead server.
+            time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
+            return []
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -4,29 +4,87 @@ A deferred transaction that reads before it writes can fail with
 ``SQLITE_BUSY_SNAPSHOT`` no matter the busy timeout, so every multi-statement
 change here takes the write lock up front. The clock is read once per
 transaction and passed as a value, so every statement in it agrees on "now".
+SQLite has no NOTIFY: wake-ups come from watching ``PRAGMA data_version``,
+which changes whenever another connection commits.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from django.core import checks
+from django.db import connections
 from django.utils.dateparse import parse_datetime
 
+from ..conf import DEFAULT_SQLITE_WATCH_INTERVAL_S
+from ..models import ChannelMessage
 from ..records import EnqueueStamps
 from ..records import Job as JobRecord
-from .base import DEAD_COLUMNS, DEAD_COPY, JOB_SELECT, D, Dialect, J
+from .base import (
+    DEAD_COLUMNS,
+    DEAD_COPY,
+    DEAD_TABLE,
+    JOB_SELECT,
+    JOB_TABLE,
+    OUTCOME_TABLE,
+    REQUEUE_COLUMNS,
+    REQUEUE_SELECT,
+    Watcher,
+)
+from .upserts import OnConflictDialect
 
 FORMAT = "'%%Y-%%m-%%d %%H:%%M:%%f'"
 NOW = f"strftime({FORMAT}, 'now')"
+MESSAGE_TABLE = ChannelMessage._meta.db_table
 MESSAGE_TAIL = 10_000
 
 
-class SqliteDialect(Dialect):
+class SqliteDialect(OnConflictDialect):
+    """SQLite 3.35+ in WAL mode: one writer at a time, readers never blocked."""
+
     vendor = "sqlite"
+
+    @classmethod
+    def check_settings(cls, alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
+        """Warn when a read-then-write transaction could fail with "database is locked".
+
+        A deferred transaction that reads before it writes cannot wait for the
+        write lock (SQLITE_BUSY_SNAPSHOT), so an enqueue inside such a block can
+        fail under load whatever the timeout.
+        """
+        mode = str(config.get("OPTIONS", {}).get("transaction_mode", "")).upper()
+        if mode == "IMMEDIATE":
+            return []
+        return [
+            checks.Warning(
+                f"DATABASES[{alias!r}] is SQLite without transaction_mode 'IMMEDIATE'.",
+                hint=(
+                    'Set "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20} so '
+                    "several processes can share the file without 'database is locked'."
+                ),
+                obj="settings.DATABASES",
+                id="alkstore.W001",
+            )
+        ]
+
+    @classmethod
+    def prepare_connection(cls, connection: Any) -> None:
+        """Put a new connection's file in WAL mode so readers never block the writer.
+
+        WAL is a property of the file; asking again on every connection is cheap and
+        keeps a site that never configured it safe with several worker processes.
+        """
+        name = str(connection.settings_dict.get("NAME", ""))
+        if not name or name == ":memory:" or "mode=memory" in name:
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA journal_mode=WAL")
 
     @contextmanager
     def write_transaction(self) -> Iterator[Any]:
@@ -51,6 +109,25 @@ class SqliteDialect(Dialect):
 
     def plus_sql(self, base: str, seconds: str) -> str:
         return f"strftime({FORMAT}, {base}, printf('%%+.3f seconds', {seconds}))"
+
+    def ids_sql(self, ids: Sequence[int]) -> tuple[str, list[Any]]:
+        return "id IN (SELECT value FROM json_each(%s))", [json.dumps([int(i) for i in ids])]
+
+    def next_boundary_sql(self, now: str) -> str:
+        return (
+            "strftime('%%Y-%%m-%%d %%H:%%M:%%S', "
+            "((CAST(strftime('%%s', 'now') AS INTEGER) / interval_s) + 1) * interval_s, "
+            "'unixepoch')"
+        )
+
+    def open_watcher(
+        self,
+        channels: Sequence[str],
+        *,
+        queues: Sequence[str] = (),
+        listen_alias: str | None = None,
+    ) -> Watcher:
+        return SqliteWatcher(self.using, list(channels))
 
     def to_datetime(self, value: Any) -> datetime | None:
         # Django's converters already parse columns declared as datetime, naive
@@ -84,7 +161,7 @@ class SqliteDialect(Dialect):
             params.append(stamps.expires_s)
         params.append(json.dumps(list(payloads)))
         sql = (
-            f"INSERT INTO {J} (queue, payload, priority, run_at, attempts, max_attempts, "
+            f"INSERT INTO {JOB_TABLE} (queue, payload, priority, run_at, attempts, max_attempts, "
             "visibility_timeout_s, retry_base_s, expires_at, state, enqueued_at) "
             f"SELECT %s, value, %s, {run_at_sql}, 0, %s, %s, %s, {expires_sql}, 'pending', {NOW} "
             "FROM json_each(%s) ORDER BY key RETURNING id"
@@ -92,9 +169,6 @@ class SqliteDialect(Dialect):
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return sorted(row[0] for row in cursor.fetchall())
-
-    def claim(self, queue: str, worker_id: str, n: int) -> list[JobRecord]:
-        return self.claim_and_ack(queue, worker_id, n, "", ())[1]
 
     def claim_and_ack(
         self,
@@ -111,10 +185,10 @@ class SqliteDialect(Dialect):
         # SQLite picks alk_job_due (queue, run_at) and sorts every ready row in a
         # temp b-tree; alk_job_claim walks them already in claim order.
         claim_sql = (
-            f"UPDATE {J} SET state = 'processing', attempts = attempts + 1, "
+            f"UPDATE {JOB_TABLE} SET state = 'processing', attempts = attempts + 1, "
             "generation = generation + 1, worker_id = %s, "
             f"claim_expires_at = {self.plus_sql('%s', 'visibility_timeout_s')} "
-            f"WHERE id IN (SELECT id FROM {J} WHERE queue = %s AND state = 'pending' "
+            f"WHERE id IN (SELECT id FROM {JOB_TABLE} WHERE queue = %s AND state = 'pending' "
             "AND +run_at <= %s AND (expires_at IS NULL OR expires_at > %s) "
             f"ORDER BY priority DESC, run_at, id LIMIT %s) RETURNING {JOB_SELECT}"
         )
@@ -129,8 +203,8 @@ class SqliteDialect(Dialect):
                 "max attempts exceeded", now,
             )  # fmt: skip
             cursor.execute(
-                f"UPDATE {J} SET state = 'pending', worker_id = NULL, claim_expires_at = NULL "
-                f"WHERE {lapsed} AND attempts < max_attempts",
+                f"UPDATE {JOB_TABLE} SET state = 'pending', worker_id = NULL, "
+                f"claim_expires_at = NULL WHERE {lapsed} AND attempts < max_attempts",
                 [queue, now],
             )
             cursor.execute(claim_sql, [worker_id, now, queue, now, now, n])
@@ -142,12 +216,13 @@ class SqliteDialect(Dialect):
     @staticmethod
     def _bury(cursor: Any, where: str, params: list[Any], error: str, now: str) -> int:
         cursor.execute(
-            f"INSERT INTO {D} ({DEAD_COLUMNS}) SELECT {DEAD_COPY}, %s, %s FROM {J} WHERE {where}",
+            f"INSERT INTO {DEAD_TABLE} ({DEAD_COLUMNS}) SELECT {DEAD_COPY}, %s, %s "
+            f"FROM {JOB_TABLE} WHERE {where}",
             [error, now, *params],
         )
         moved = cursor.rowcount
         if moved:
-            cursor.execute(f"DELETE FROM {J} WHERE {where}", params)
+            cursor.execute(f"DELETE FROM {JOB_TABLE} WHERE {where}", params)
         return moved
 
     def bury(self, where: str, params: list[Any], error: str) -> int:
@@ -156,19 +231,19 @@ class SqliteDialect(Dialect):
             return self._bury(cursor, where.format(now="%s"), [*params, now], error, now)
 
     def ack_many(self, queue: str, ids: Sequence[int]) -> int:
+        match, params = self.ids_sql(ids)
         sql = (
-            f"DELETE FROM {J} WHERE id IN (SELECT value FROM json_each(%s)) AND queue = %s "
+            f"DELETE FROM {JOB_TABLE} WHERE {match} AND queue = %s "
             f"AND state = 'processing' AND claim_expires_at > {NOW}"
         )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, [json.dumps(list(ids)), queue])
-            return cursor.rowcount
+        return self._rowcount(sql, [*params, queue])
 
     @staticmethod
     def _ack_sql(now: str) -> str:
         return (
-            f"DELETE FROM {J} WHERE (id, generation) IN (SELECT json_extract(value, '$[0]'), "
-            "json_extract(value, '$[1]') FROM json_each(%s)) AND worker_id = %s "
+            f"DELETE FROM {JOB_TABLE} WHERE (id, generation) IN "
+            "(SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') "
+            "FROM json_each(%s)) AND worker_id = %s "
             f"AND state = 'processing' AND claim_expires_at > {now} RETURNING id"
         )
 
@@ -182,15 +257,97 @@ class SqliteDialect(Dialect):
             return [row[0] for row in cursor.fetchall()]
 
     def notify(self, channel: str, payload: str) -> None:
-        from ..models import ChannelMessage
-
-        table = ChannelMessage._meta.db_table
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"INSERT INTO {table} (channel, payload, created_at) VALUES (%s, %s, {NOW})",
+                f"INSERT INTO {MESSAGE_TABLE} (channel, payload, created_at) "
+                f"VALUES (%s, %s, {NOW})",
                 [channel, payload],
             )
             # Listeners read only what arrives while they watch: keep a short tail.
             cursor.execute(
-                f"DELETE FROM {table} WHERE id <= %s - {MESSAGE_TAIL}", [cursor.lastrowid]
+                f"DELETE FROM {MESSAGE_TABLE} WHERE id <= %s - {MESSAGE_TAIL}", [cursor.lastrowid]
             )
+
+    # --- operators --------------------------------------------------------------------
+
+    def move_dead_to_live(self, cursor: Any, ids: Sequence[int]) -> dict[str, int]:
+        # Inside the caller's write transaction: copy, then delete the same rows.
+        match, params = self.ids_sql(ids)
+        cursor.execute(
+            f"SELECT queue, count(*) FROM {DEAD_TABLE} WHERE {match} GROUP BY queue", params
+        )
+        moved = {queue: int(n) for queue, n in cursor.fetchall()}
+        if moved:
+            now = self._read_now(cursor)
+            select = REQUEUE_SELECT.format(now="%s")
+            cursor.execute(
+                f"INSERT INTO {JOB_TABLE} ({REQUEUE_COLUMNS}) SELECT {select} FROM {DEAD_TABLE} "
+                f"WHERE {match}",
+                [now, now, *params],
+            )
+            cursor.execute(f"DELETE FROM {DEAD_TABLE} WHERE {match}", params)
+        return moved
+
+    def record_outcomes(self, rows: Sequence[tuple[str, int, int, int]]) -> None:
+        # "WHERE true" keeps SQLite's parser from reading ON CONFLICT as a join clause.
+        sql = (
+            f"INSERT INTO {OUTCOME_TABLE} (queue, minute, acked, retried, dead) "
+            "SELECT json_extract(value, '$[0]'), strftime('%%Y-%%m-%%d %%H:%%M:00', 'now'), "
+            "json_extract(value, '$[1]'), json_extract(value, '$[2]'), "
+            "json_extract(value, '$[3]') FROM json_each(%s) WHERE true "
+            "ON CONFLICT (queue, minute) DO UPDATE SET acked = acked + excluded.acked, "
+            "retried = retried + excluded.retried, dead = dead + excluded.dead"
+        )
+        self._rowcount(sql, [json.dumps([list(row) for row in rows])])
+
+
+class SqliteWatcher(Watcher):
+    """Watches ``PRAGMA data_version``: it changes whenever another connection commits."""
+
+    def __init__(self, alias: str, channels: list[str]) -> None:
+        self.channels = channels
+        name = str(connections[alias].settings_dict["NAME"])
+        self._conn = sqlite3.connect(name, uri=name.startswith("file:"), check_same_thread=False)
+        self._conn.isolation_level = None
+        self._version = self._data_version()
+        self._last_id = self._max_id()
+
+    def _data_version(self) -> int:
+        return self._conn.execute("PRAGMA data_version").fetchone()[0]
+
+    def _max_id(self) -> int:
+        try:
+            row = self._conn.execute(f"SELECT max(id) FROM {MESSAGE_TABLE}").fetchone()
+        except sqlite3.OperationalError:
+            return 0
+        return row[0] or 0
+
+    def wait(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            version = self._data_version()
+            if version != self._version:
+                self._version = version
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(DEFAULT_SQLITE_WATCH_INTERVAL_S, remaining))
+
+    def receive(self, timeout_s: float) -> list[tuple[str, str]]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            marks = ", ".join("?" * len(self.channels))
+            rows = self._conn.execute(
+                f"SELECT id, channel, payload FROM {MESSAGE_TABLE} "
+                f"WHERE id > ? AND channel IN ({marks}) ORDER BY id",
+                [self._last_id, *self.channels],
+            ).fetchall()
+            if rows:
+                self._last_id = rows[-1][0]
+                return [(row[1], row[2]) for row in rows]
+            if not self.wait(max(deadline - time.monotonic(), 0.0)):
+                return []
+
+    def close(self) -> None:
+        self._conn.close()

@@ -26,13 +26,14 @@ pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
 
 postgres_listener = pytest.mark.skipif(
     VENDOR != "postgresql",
-    reason="PostgreSQL only: SQLite has no LISTEN connection to terminate; wake-ups come "
-    "from watching the database file (see the WAL-truncation sibling)",
+    reason="PostgreSQL only: SQLite and MariaDB have no LISTEN connection to terminate; "
+    "SQLite's wake-ups watch the file (see the WAL-truncation sibling), MariaDB's watcher "
+    "reconnect is pinned in tests/contract/test_mysql.py",
 )
 sqlite_file = pytest.mark.skipif(
     VENDOR != "sqlite",
-    reason="SQLite only: pins the file database's own behaviour (PostgreSQL has no WAL file "
-    "under a watcher and no database-wide write lock)",
+    reason="SQLite only: pins the file database's own behaviour (the servers have no WAL "
+    "file under a watcher and no database-wide write lock)",
 )
 
 

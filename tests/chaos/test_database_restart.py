@@ -51,7 +51,7 @@ def restart_refusal() -> str | None:
     if VENDOR != "postgresql":
         return (
             "PostgreSQL only: SQLite has no server to restart (its sibling holds the "
-            "file's write lock instead)"
+            "file's write lock instead); the MariaDB server is not restarted by the suite"
         )
     host = str(connection.settings_dict.get("HOST") or "")
     if host not in LOCAL_HOSTS and not host.startswith("/"):

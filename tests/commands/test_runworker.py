@@ -32,14 +32,18 @@ def runworker(env, *args, wait=True, timeout=60):
     return proc
 
 
-def test_runworker__processes_200_jobs_exactly_once(subprocess_env):
-    ids = store.queue("t.record").enqueue_many(list(range(200)))
-    code, out = runworker(subprocess_env, "--queue", "t.record", "--burst", "--concurrency", "4")
-    assert code == 0, out
+def test_runworker__three_processes_drain_2000_jobs_each_exactly_once(subprocess_env):
+    ids = store.queue("t.record").enqueue_many(list(range(2000)))
+    procs = [
+        runworker(subprocess_env, "--queue", "t.record", "--burst", wait=False) for _ in range(3)
+    ]
+    outs = [proc.communicate(timeout=80)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0, 0], outs
     runs = list(Run.objects.values_list("job_id", flat=True))
     assert sorted(runs) == ids  # each exactly once
     assert not Job.objects.exists()
-    assert out.count("outcome=acked") == 200
+    assert sum(out.count("outcome=acked") for out in outs) == 2000
+    assert sum(1 for out in outs if "outcome=acked" in out) >= 2
 
 
 def test_runworker__retries_a_raising_handler_then_dead_letters_it(subprocess_env):

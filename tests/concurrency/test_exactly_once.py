@@ -13,7 +13,7 @@ from django.db import connections, transaction
 
 from alkstore_django import store
 from alkstore_django.models import Job
-from tests.conftest import ROOT, VENDOR, postgres_only, sqlite_only
+from tests.conftest import DIALECT, ROOT, needs, sqlite_only
 from tests.helpers import live_count
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
@@ -84,7 +84,7 @@ def test_claim_batch__six_threads_drain_240_jobs_with_no_double_claim_and_no_los
     acked = [job_id for chunk in per_thread for job_id in chunk]
     assert Counter(acked).most_common(1)[0][1] == 1
     assert sorted(acked) == sorted(ids)
-    if VENDOR == "postgresql":
+    if DIALECT.supports_skip_locked:
         # SQLite's busy handler backs off with sleeps, so one thread may win
         # every round there; the exactly-once checks above hold either way.
         assert sum(1 for chunk in per_thread if chunk) >= 2
@@ -133,7 +133,7 @@ def test_claim_batch__three_processes_drain_one_queue_exactly_once(
     assert live_count() == 0
 
 
-@postgres_only("SQLite has no row locks to skip; the sibling pins its wait for the write lock")
+@needs("supports_skip_locked", "no row locks to skip; the sibling pins its wait for the write lock")
 def test_claim_one__skips_rows_locked_by_another_session():
     q = store.queue("locked")
     first, second = q.enqueue_many(["first", "second"])

@@ -76,7 +76,7 @@ def test_notify__a_refused_payload_leaves_the_wake_up_working(payload):
 
 @pytest.mark.parametrize("name", [HOSTILE_NAMES[0], HOSTILE_NAMES[4], "é" * MAX_NAME_LENGTH])
 def test_enqueue__on_an_odd_or_long_queue_name_wakes_its_watcher(name):
-    watcher = open_watcher(store, [channel_for(name)])
+    watcher = open_watcher(store, [channel_for(name)], queues=[name])
     try:
         store.queue(name).enqueue({"odd": name})
         assert watcher.wait(WAIT_S)

@@ -1,20 +1,24 @@
 """Wake-ups: delivered on commit, never on rollback, over a second connection.
 
-PostgreSQL delivers ``NOTIFY`` to a ``LISTEN`` connection; SQLite has no
+PostgreSQL delivers ``NOTIFY`` to a ``LISTEN`` connection. SQLite has no
 NOTIFY, so ``store.notify`` writes a ``ChannelMessage`` row and a queue's
-wake-up is the file's ``PRAGMA data_version`` changing. Each engine's test
-pins its own mechanism; the ``store.listen`` tests run on both.
+wake-up is the file's ``PRAGMA data_version`` changing; MariaDB/MySQL write
+the same rows and wake a queue's watcher by polling its claimable rows. The
+``wait()`` and ``store.listen`` tests run on every engine; each engine's own
+mechanism is pinned by a test of its own.
 """
 
 from __future__ import annotations
 
 import pytest
 from django.db import connection, transaction
+from django.db.models.functions import Now
 
 from alkstore_django import store
+from alkstore_django.models import Job
 from alkstore_django.notify import open_watcher
 from alkstore_django.queues import channel_for
-from tests.conftest import postgres_only, sqlite_only
+from tests.conftest import mysql_only, needs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,12 +28,12 @@ WAIT_S = 5.0
 
 @pytest.fixture
 def queue_watcher():
-    watcher = open_watcher(store, [channel_for("woken")])
+    watcher = open_watcher(store, [channel_for("woken")], queues=["woken"])
     yield watcher
     watcher.close()
 
 
-@postgres_only("SQLite has no NOTIFY; its wake-up is a change of the database file (sibling below)")
+@needs("supports_listen_notify", "its wake-up is polled, not a message (wait() tests below)")
 def test_enqueue__notifies_the_queue_channel_only_on_commit(queue_watcher):
     q = store.queue("woken")
     assert queue_watcher.receive(0) == []
@@ -44,20 +48,19 @@ def test_enqueue__notifies_the_queue_channel_only_on_commit(queue_watcher):
     assert queue_watcher.receive(WAIT_S) == [(channel_for("woken"), "")]
 
 
-@postgres_only("SQLite has no NOTIFY; its wake-up is a change of the database file (sibling below)")
+@needs("supports_listen_notify", "its wake-up is polled, not a message (wait() tests below)")
 def test_enqueue__outside_a_transaction_notifies_at_once(queue_watcher):
     store.queue("woken").enqueue_many([1, 2, 3])
     assert queue_watcher.receive(WAIT_S) == [(channel_for("woken"), "")]
 
 
-@postgres_only("SQLite has no NOTIFY; its wake-up is a change of the database file (sibling below)")
+@needs("supports_listen_notify", "its wake-up is polled, not a message (wait() tests below)")
 def test_enqueue__on_another_queue_does_not_notify(queue_watcher):
     store.queue("elsewhere").enqueue({})
     assert queue_watcher.receive(QUIET_S) == []
 
 
-@sqlite_only("the file-watch wake-up that stands in for NOTIFY")
-def test_enqueue__changes_the_watched_file_only_on_commit(queue_watcher):
+def test_enqueue__wakes_the_queue_watcher_only_on_commit(queue_watcher):
     q = store.queue("woken")
     connection.ensure_connection()
     with pytest.raises(RuntimeError), transaction.atomic():
@@ -67,6 +70,20 @@ def test_enqueue__changes_the_watched_file_only_on_commit(queue_watcher):
     with transaction.atomic():
         q.enqueue({})
         assert queue_watcher.wait(QUIET_S) is False
+    assert queue_watcher.wait(WAIT_S) is True
+
+
+@mysql_only("the ready probe: PostgreSQL's sibling is the channel test above")
+def test_enqueue__on_another_queue_does_not_wake_the_probe(queue_watcher):
+    store.queue("elsewhere").enqueue({})
+    assert queue_watcher.wait(QUIET_S) is False
+
+
+@mysql_only("the ready probe sees a delayed job become due; elsewhere the worker's timer does")
+def test_delayed_job__wakes_the_probe_once_due(queue_watcher):
+    job_id = store.queue("woken").enqueue({}, delay_s=3600)
+    assert queue_watcher.wait(QUIET_S) is False
+    Job.objects.filter(id=job_id).update(run_at=Now())
     assert queue_watcher.wait(WAIT_S) is True
 
 

@@ -84,7 +84,7 @@ def test_enqueue__rolls_back_with_the_callers_transaction():
 @pytest.mark.django_db(transaction=True)
 def test_enqueue__commit_publishes_the_message_and_wakes_the_worker():
     outbox = store.outbox("webhooks")
-    watcher = open_watcher(store, [outbox.queue.channel])
+    watcher = open_watcher(store, [outbox.queue.channel], queues=[outbox.queue.name])
     try:
         with transaction.atomic():
             job_id = outbox.enqueue({"event": "order.paid"})

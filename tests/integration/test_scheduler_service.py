@@ -14,7 +14,7 @@ from alkstore_django import scheduler, store
 from alkstore_django.locks import acquire
 from alkstore_django.models import Job, Lock
 from alkstore_django.scheduler import LEADER_LOCK, serve
-from tests.conftest import postgres_only
+from tests.conftest import postgres_only, unpooled
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -84,6 +84,7 @@ def test_serve__logs_an_outage_and_carries_on(monkeypatch, caplog):
 
 
 @postgres_only("SQLite has no server session to terminate; the sibling is the outage test above")
+@unpooled("PgBouncer replaces a terminated server connection; the client session never sees it")
 def test_serve__survives_its_connection_being_terminated(caplog):
     caplog.set_level(logging.INFO, logger="alkstore_django")
     store.schedule("beat", "@every 1s", "beats")

@@ -110,3 +110,29 @@ def test_check_command__fails_naming_the_bad_key():
         pytest.raises(SystemCheckError, match="MAX_PAYLOAD_BYTES"),
     ):
         call_command("check")
+
+
+@pytest.fixture
+def legacy_database():
+    """The test settings' alias on an engine alkstore has no dialect for (Django's dummy)."""
+    return "legacy"
+
+
+def test_checks__refuse_an_engine_without_a_dialect_naming_its_vendor(legacy_database):
+    found = messages(DATABASE=legacy_database)
+    assert [m.id for m in found] == ["alkstore.E006"]
+    assert "vendor 'unknown'" in found[0].msg
+    assert "MariaDB 10.6+" in found[0].hint
+
+
+def test_dialect_for__raises_naming_the_vendor_it_does_not_support(legacy_database):
+    from alkstore_django.dialects import dialect_for
+    from alkstore_django.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="Unsupported database vendor 'unknown'"):
+        dialect_for(legacy_database)
+
+
+def test_database_check__passes_for_this_server():
+    found = checks.run_checks(databases=["default"], tags=[checks.Tags.database])
+    assert [m for m in found if m.id and m.id.startswith("alkstore.")] == []

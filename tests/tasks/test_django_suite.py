@@ -15,12 +15,13 @@ import pytest
 
 pytest.importorskip("django.tasks", reason="Django's Tasks framework needs Django 6.0+")
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, unpooled
 
 RUNNER = ROOT / "tests" / "django_tasks_suite" / "run.py"
 EXIT_UNAVAILABLE = 77
 
 
+@unpooled("Django's runner drops its database while PgBouncer still holds server connections")
 @pytest.mark.timeout(600)
 def test_djangos_tasks_suite_passes_against_alkstore(tmp_path):
     report = tmp_path / "counts.json"

@@ -1,0 +1,510 @@
+"""MariaDB 10.6+ and MySQL 8.0+ (Django's ``mysql`` vendor) through mysqlclient.
+
+Claims are ``SELECT … FOR UPDATE SKIP LOCKED`` followed by an ``UPDATE`` by
+primary key and a read-back, inside one transaction: there is no
+``UPDATE … RETURNING``. The clock is ``UTC_TIMESTAMP(6)`` (microseconds, and
+UTC whatever the session's time zone, as Django stores naive UTC). A claim,
+an ack and a sweep that hit a deadlock or a lock-wait timeout (1213/1205) are
+retried in a fresh transaction, never surfaced.
+
+There are no partial indexes: ``prepare_schema`` (run by migration 0006)
+rebuilds ``alk_job_claim`` led by ``(queue, state)`` so the claim stays an
+ordered index scan, and gives the app's tables a binary, no-pad collation so
+names compare exactly as on the other engines (case, accents and trailing
+spaces all count).
+
+There is no NOTIFY either: ``MysqlWatcher`` polls, adaptively, a probe of
+the watched queues' claimable rows and the message table that
+``store.notify`` writes to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
+from typing import Any, TypeVar
+
+from django.core import checks
+from django.db import DatabaseError, OperationalError, transaction
+
+from ..models import ChannelMessage
+from ..records import EnqueueStamps
+from ..records import Job as JobRecord
+from . import mysql_schema
+from .base import (
+    DEAD_COLUMNS,
+    DEAD_COPY,
+    DEAD_TABLE,
+    JOB_SELECT,
+    JOB_TABLE,
+    LOCK_TABLE,
+    OUTCOME_TABLE,
+    REQUEUE_COLUMNS,
+    REQUEUE_SELECT,
+    SCHEDULE_TABLE,
+    Watcher,
+    schedule_params,
+)
+from .mysql_schema import CLAIM_INDEX
+from .operators import OperatorDialect
+
+logger = logging.getLogger(__name__)
+
+NOW = "UTC_TIMESTAMP(6)"
+EPOCH = "'1970-01-01 00:00:00'"
+MESSAGE_TABLE = ChannelMessage._meta.db_table
+# ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT: the transaction lost a lock race.
+RETRYABLE_ERRORS = frozenset({1213, 1205})
+TRANSACTION_ATTEMPTS = 5
+LAPSED_BATCH = 1_000
+
+T = TypeVar("T")
+
+
+def _plus(base: str, seconds: str) -> str:
+    return f"TIMESTAMPADD(MICROSECOND, ROUND(({seconds}) * 1000000), {base})"
+
+
+def marks(count: int) -> str:
+    """Return ``count`` comma-separated placeholders."""
+    return ", ".join(["%s"] * count)
+
+
+def _error_code(exc: BaseException) -> int | None:
+    code = exc.args[0] if exc.args else None
+    return code if isinstance(code, int) else None
+
+
+class MysqlDialect(OperatorDialect):
+    """MariaDB 10.6+ / MySQL 8.0+, ``READ COMMITTED`` (Django's default isolation level)."""
+
+    vendor = "mysql"
+    supports_skip_locked = True
+
+    @classmethod
+    def check_settings(cls, alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
+        return mysql_schema.settings_warnings(alias, config)
+
+    @classmethod
+    def prepare_schema(cls, schema_editor: Any, tables: Sequence[str]) -> None:
+        mysql_schema.prepare_schema(schema_editor, tables)
+
+    def server_problem(self) -> str | None:
+        return mysql_schema.server_problem(self.connection)
+
+    @cached_property
+    def _returning(self) -> bool:
+        """MariaDB has ``INSERT … RETURNING`` (10.5+) and ``DELETE … RETURNING``; MySQL has none."""
+        return bool(self.connection.mysql_is_mariadb)
+
+    # --- hooks ----------------------------------------------------------------------
+
+    @contextmanager
+    def write_transaction(self) -> Iterator[Any]:
+        with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
+            yield cursor
+
+    def _transaction(self, body: Callable[[Any], T]) -> T:
+        """Run ``body(cursor)`` in a transaction, retried when it loses a lock race.
+
+        InnoDB rolls a deadlocked transaction back whole, so only a
+        transaction of our own can be run again: inside the caller's
+        ``atomic()`` block the error is the caller's. Our own is an explicit
+        ``START TRANSACTION`` … ``COMMIT`` on the autocommit connection: two
+        round trips, where ``atomic()`` takes three (autocommit off, commit,
+        autocommit on), on the worker's every cycle.
+        """
+        connection = self.connection
+        if connection.in_atomic_block:
+            with connection.cursor() as cursor:
+                return body(cursor)
+        for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("START TRANSACTION")
+                    try:
+                        result = body(cursor)
+                    except BaseException:
+                        with contextlib.suppress(DatabaseError):
+                            cursor.execute("ROLLBACK")
+                        raise
+                    cursor.execute("COMMIT")
+                    return result
+            except OperationalError as exc:
+                if _error_code(exc) not in RETRYABLE_ERRORS or attempt == TRANSACTION_ATTEMPTS:
+                    raise
+                logger.debug("retrying after lock conflict attempt=%d error=%s", attempt, exc)
+                time.sleep(random.uniform(0, 0.005 * attempt))  # noqa: S311
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def now_sql(self) -> tuple[str, list[Any]]:
+        return NOW, []
+
+    def plus_sql(self, base: str, seconds: str) -> str:
+        return _plus(base, seconds)
+
+    def ids_sql(self, ids: Sequence[int]) -> tuple[str, list[Any]]:
+        # A list of constants is a primary-key range lookup; IN (NULL) matches nothing.
+        if not ids:
+            return "id IN (NULL)", []
+        return f"id IN ({marks(len(ids))})", [int(i) for i in ids]
+
+    def next_boundary_sql(self, now: str) -> str:
+        # Naive UTC arithmetic from the epoch: FROM_UNIXTIME would read the session time zone.
+        return (
+            f"TIMESTAMPADD(SECOND, (FLOOR(TIMESTAMPDIFF(SECOND, {EPOCH}, {now}) / interval_s) "
+            f"+ 1) * interval_s, {EPOCH})"
+        )
+
+    def to_datetime(self, value: Any) -> datetime | None:
+        if value is None or value.tzinfo is not None:
+            return value
+        return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
+
+    def open_watcher(
+        self,
+        channels: Sequence[str],
+        *,
+        queues: Sequence[str] = (),
+        listen_alias: str | None = None,
+    ) -> Watcher:
+        from .mysql_watch import MysqlWatcher
+
+        return MysqlWatcher(listen_alias or self.using, list(channels), list(queues))
+
+    @staticmethod
+    def _read_now(cursor: Any) -> datetime:
+        cursor.execute(f"SELECT {NOW}", [])
+        return cursor.fetchone()[0]  # type: ignore[no-any-return]
+
+    # --- queue moves -------------------------------------------------------------------
+
+    def enqueue(self, stamps: EnqueueStamps, payloads: Sequence[str]) -> list[int]:
+        # Workers notice the commit through their watcher's probe of the job table.
+        shared: list[Any] = [stamps.priority]
+        if stamps.delay_s is not None:
+            run_at = _plus(NOW, "%s")
+            shared.append(stamps.delay_s)
+        elif stamps.run_at is not None:
+            run_at = "%s"
+            shared.append(self.adapt_datetime(stamps.run_at))
+        else:
+            run_at = NOW
+        shared += stamps.stamp_params()
+        expires_at = "NULL"
+        if stamps.expires_s is not None:
+            expires_at = _plus(NOW, "%s")
+            shared.append(stamps.expires_s)
+        row = f"(%s, %s, %s, {run_at}, 0, %s, %s, %s, {expires_at}, 'pending', {NOW})"
+        params: list[Any] = []
+        for payload in payloads:
+            params += [stamps.queue, payload, *shared]
+        sql = (
+            f"INSERT INTO {JOB_TABLE} (queue, payload, priority, run_at, attempts, max_attempts, "
+            "visibility_timeout_s, retry_base_s, expires_at, state, enqueued_at) VALUES "
+            + ", ".join([row] * len(payloads))
+        )
+        with self.connection.cursor() as cursor:
+            if self._returning:
+                cursor.execute(sql + " RETURNING id", params)
+                return sorted(row[0] for row in cursor.fetchall())
+            # One multi-row INSERT takes consecutive auto-increment values
+            # ("simple inserts", any innodb_autoinc_lock_mode); lastrowid is the first.
+            cursor.execute(sql, params)
+            first = int(cursor.lastrowid)
+            return list(range(first, first + len(payloads)))
+
+    def claim_and_ack(
+        self,
+        queue: str,
+        worker_id: str,
+        n: int,
+        ack_worker_id: str,
+        fences: Sequence[tuple[int, int]],
+    ) -> tuple[list[int], list[JobRecord]]:
+        # The lapsed claims are dealt with before the claim, in the same
+        # transaction: the revived rows are ours (locked by us), so the claim's
+        # SKIP LOCKED does not skip them and they compete on priority as new ones.
+        def body(cursor: Any) -> tuple[list[int], list[JobRecord]]:
+            acked = self._delete_fenced(cursor, ack_worker_id, fences) if fences else []
+            now, lapsed = self._now_and_lapsed(cursor, queue)
+            dead = [row[0] for row in lapsed if not row[1]]
+            self._move_to_dead(cursor, dead, "max attempts exceeded", now)
+            revive = [row[0] for row in lapsed if row[1]]
+            if revive:
+                match, params = self.ids_sql(revive)
+                cursor.execute(
+                    f"UPDATE {JOB_TABLE} SET state = 'pending', worker_id = NULL, "
+                    f"claim_expires_at = NULL WHERE {match}",
+                    params,
+                )
+            # Forced: a scan of any other index (a small table invites one)
+            # would lock, test and let go of other queues' rows, and a
+            # concurrent claim there would skip them as if they were taken.
+            cursor.execute(
+                f"SELECT {JOB_SELECT} FROM {JOB_TABLE} FORCE INDEX ({CLAIM_INDEX}) "
+                "WHERE queue = %s AND state = 'pending' "
+                "AND run_at <= %s AND (expires_at IS NULL OR expires_at > %s) "
+                "ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED",
+                [queue, now, now, n],
+            )
+            return acked, self._mark_claimed(cursor, cursor.fetchall(), worker_id, now)
+
+        acked, jobs = self._transaction(body)
+        jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+        return acked, jobs
+
+    def _mark_claimed(
+        self, cursor: Any, rows: Sequence[Sequence[Any]], worker_id: str, now: datetime
+    ) -> list[JobRecord]:
+        """Claim the locked pending ``rows`` (full job rows) and return them as claimed.
+
+        There is no ``UPDATE … RETURNING``, so rather than read the rows back
+        the claim writes values it knows: each deadline is computed here, from
+        the database clock ``now``, and written as is (one ``UPDATE`` per
+        distinct visibility timeout, usually one).
+        """
+        by_deadline: dict[datetime, list[int]] = {}
+        claimed = []
+        for row in rows:
+            deadline = now + timedelta(microseconds=round(row[7] * 1_000_000))
+            by_deadline.setdefault(deadline, []).append(row[0])
+            values = list(row)
+            values[5] += 1  # attempts
+            values[10], values[11], values[12] = "processing", worker_id, deadline
+            values[15] += 1  # generation
+            claimed.append(self.job_from_row(values))
+        for deadline, ids in by_deadline.items():
+            match, params = self.ids_sql(ids)
+            cursor.execute(
+                f"UPDATE {JOB_TABLE} SET state = 'processing', attempts = attempts + 1, "
+                "generation = generation + 1, worker_id = %s, claim_expires_at = %s "
+                f"WHERE {match}",
+                [worker_id, deadline, *params],
+            )
+        return claimed
+
+    def _now_and_lapsed(self, cursor: Any, queue: str) -> tuple[datetime, list[Any]]:
+        """Read the clock and lock the queue's lapsed claims: (now, [(id, has attempts left)]).
+
+        One round trip finds both (the candidates ride the clock's row); the
+        candidates are then locked by primary key, skipping those another
+        claimant holds. At most ``LAPSED_BATCH`` per claim: the rest wait for
+        the next one.
+        """
+        cursor.execute(
+            f"SELECT {NOW}, (SELECT JSON_ARRAYAGG(id) FROM (SELECT id FROM {JOB_TABLE} "
+            "WHERE queue = %s AND state = 'processing' AND claim_expires_at <= "
+            f"{NOW} LIMIT {LAPSED_BATCH}) AS lapsed)",
+            [queue],
+        )
+        now, candidates = cursor.fetchone()
+        if not candidates:
+            return now, []
+        ids = json.loads(candidates)
+        cursor.execute(
+            f"SELECT id, attempts < max_attempts FROM {JOB_TABLE} WHERE id IN "
+            f"({marks(len(ids))}) AND state = 'processing' AND claim_expires_at <= %s "
+            "FOR UPDATE SKIP LOCKED",
+            [*ids, now],
+        )
+        return now, list(cursor.fetchall())
+
+    @staticmethod
+    def _lock_matching(
+        cursor: Any,
+        where: str,
+        params: Sequence[Any],
+        *,
+        columns: str = "id",
+        skip_locked: bool = False,
+    ) -> list[Any]:
+        """Lock the live rows matching ``where`` and return ``columns`` of each.
+
+        A plain read finds the candidates, then they are locked by primary key
+        with ``where`` tested again. A locking scan would lock every row it
+        reads and let go of those that do not match, and for that moment a
+        concurrent ``SKIP LOCKED`` claim would skip them.
+        """
+        cursor.execute(f"SELECT id FROM {JOB_TABLE} WHERE {where}", list(params))
+        candidates = [row[0] for row in cursor.fetchall()]
+        if not candidates:
+            return []
+        lock = "FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE"
+        cursor.execute(
+            f"SELECT {columns} FROM {JOB_TABLE} WHERE id IN ({marks(len(candidates))}) "
+            f"AND {where} {lock}",
+            [*candidates, *params],
+        )
+        return list(cursor.fetchall())
+
+    def _delete_fenced(
+        self, cursor: Any, worker_id: str, fences: Sequence[tuple[int, int]]
+    ) -> list[int]:
+        """Delete the rows still under these claims; return their ids."""
+        match, params = self.ids_sql([job_id for job_id, _ in fences])
+        pairs = ", ".join(["(%s, %s)"] * len(fences))
+        where = (
+            f"{match} AND (id, generation) IN ({pairs}) AND worker_id = %s "
+            f"AND state = 'processing' AND claim_expires_at > {NOW}"
+        )
+        params += [*(value for fence in fences for value in fence), worker_id]
+        if self._returning:
+            cursor.execute(f"DELETE FROM {JOB_TABLE} WHERE {where} RETURNING id", params)
+            return [row[0] for row in cursor.fetchall()]
+        # MySQL has no DELETE … RETURNING: lock the rows to learn their ids first.
+        cursor.execute(f"SELECT id FROM {JOB_TABLE} WHERE {where} FOR UPDATE", params)
+        ids = [row[0] for row in cursor.fetchall()]
+        if ids:
+            match, params = self.ids_sql(ids)
+            cursor.execute(f"DELETE FROM {JOB_TABLE} WHERE {match}", params)
+        return ids
+
+    def _move_to_dead(self, cursor: Any, ids: Sequence[int], error: str, now: datetime) -> int:
+        """Copy the locked live rows ``ids`` to the dead letters and delete them."""
+        if not ids:
+            return 0
+        match, params = self.ids_sql(ids)
+        cursor.execute(
+            f"INSERT INTO {DEAD_TABLE} ({DEAD_COLUMNS}) SELECT {DEAD_COPY}, %s, %s "
+            f"FROM {JOB_TABLE} WHERE {match}",
+            [error, now, *params],
+        )
+        cursor.execute(f"DELETE FROM {JOB_TABLE} WHERE {match}", params)
+        return len(ids)
+
+    def bury(self, where: str, params: list[Any], error: str) -> int:
+        def body(cursor: Any) -> int:
+            now = self._read_now(cursor)
+            rows = self._lock_matching(cursor, where.format(now="%s"), [*params, now])
+            return self._move_to_dead(cursor, [row[0] for row in rows], error, now)
+
+        return self._transaction(body)
+
+    def ack_many(self, queue: str, ids: Sequence[int]) -> int:
+        match, params = self.ids_sql(ids)
+        sql = (
+            f"DELETE FROM {JOB_TABLE} WHERE {match} AND queue = %s "
+            f"AND state = 'processing' AND claim_expires_at > {NOW}"
+        )
+        return self._rowcount(sql, [*params, queue])
+
+    def ack_fenced(self, worker_id: str, fences: Sequence[tuple[int, int]]) -> list[int]:
+        if not fences:
+            return []
+        return self._transaction(lambda cursor: self._delete_fenced(cursor, worker_id, fences))
+
+    def notify(self, channel: str, payload: str) -> None:
+        # A message row, read by the listeners' watchers (which also trim old ones).
+        self._rowcount(
+            f"INSERT INTO {MESSAGE_TABLE} (channel, payload, created_at) VALUES (%s, %s, {NOW})",
+            [channel, payload],
+        )
+
+    # --- operators --------------------------------------------------------------------
+
+    def move_dead_to_live(self, cursor: Any, ids: Sequence[int]) -> dict[str, int]:
+        match, params = self.ids_sql(ids)
+        cursor.execute(
+            f"SELECT queue, count(*) FROM (SELECT queue FROM {DEAD_TABLE} WHERE {match} "
+            "FOR UPDATE) AS d GROUP BY queue",
+            params,
+        )
+        moved = {queue: int(n) for queue, n in cursor.fetchall()}
+        if moved:
+            now = self._read_now(cursor)
+            cursor.execute(
+                f"INSERT INTO {JOB_TABLE} ({REQUEUE_COLUMNS}) "
+                f"SELECT {REQUEUE_SELECT.format(now='%s')} FROM {DEAD_TABLE} WHERE {match}",
+                [now, now, *params],
+            )
+            cursor.execute(f"DELETE FROM {DEAD_TABLE} WHERE {match}", params)
+        return moved
+
+    def purge_dead_batch(self, queue: str, cutoff: datetime, limit: int) -> int:
+        # MySQL cannot DELETE with a LIMITed subquery on the same table; a
+        # single-table DELETE takes ORDER BY and LIMIT itself.
+        sql = (
+            f"DELETE FROM {DEAD_TABLE} WHERE queue = %s AND died_at <= %s ORDER BY died_at LIMIT %s"
+        )
+        return self._rowcount(sql, [queue, self.adapt_datetime(cutoff), limit])
+
+    def record_outcomes(self, rows: Sequence[tuple[str, int, int, int]]) -> None:
+        select = " UNION ALL ".join(["SELECT %s AS q, %s AS a, %s AS r, %s AS d"] * len(rows))
+        sql = (
+            f"INSERT INTO {OUTCOME_TABLE} (queue, minute, acked, retried, dead) "
+            "SELECT u.q, DATE_FORMAT(UTC_TIMESTAMP(), '%%Y-%%m-%%d %%H:%%i:00'), u.a, u.r, u.d "
+            f"FROM ({select}) AS u ON DUPLICATE KEY UPDATE acked = acked + u.a, "
+            "retried = retried + u.r, dead = dead + u.d"
+        )
+        self._rowcount(sql, [value for row in rows for value in row])
+
+    # --- leases and schedules -------------------------------------------------------------
+
+    def acquire_lock(self, name: str, owner: str, ttl_s: float) -> tuple[int, datetime] | None:
+        # ON DUPLICATE KEY UPDATE has no WHERE: each column keeps its value
+        # unless the take is allowed. MySQL applies the assignments left to
+        # right, each seeing the ones before it, so fence and acquired_at
+        # (which read the old owner and expiry) come first, then owner, then
+        # expires_at (whose test then sees the new owner).
+        taken = f"(owner = %s OR expires_at <= {NOW})"
+        renewing = f"(owner = %s AND expires_at > {NOW})"
+        sql = (
+            f"INSERT INTO {LOCK_TABLE} (name, owner, fence, expires_at, acquired_at) "
+            f"VALUES (%s, %s, 1, {_plus(NOW, '%s')}, {NOW}) ON DUPLICATE KEY UPDATE "
+            f"fence = IF({renewing}, fence, IF({taken}, fence + 1, fence)), "
+            f"acquired_at = IF({renewing}, acquired_at, IF({taken}, {NOW}, acquired_at)), "
+            f"owner = IF({taken}, %s, owner), "
+            f"expires_at = IF(owner = %s, {_plus(NOW, '%s')}, expires_at)"
+        )
+        ttl = float(ttl_s)
+        params = [name, owner, ttl, *[owner] * 7, ttl]
+
+        def body(cursor: Any) -> tuple[int, datetime] | None:
+            cursor.execute(sql, params)
+            cursor.execute(
+                f"SELECT owner, fence, expires_at FROM {LOCK_TABLE} WHERE name = %s", [name]
+            )
+            held_by, fence, expires_at = cursor.fetchone()
+            if held_by != owner:
+                return None
+            return int(fence), self.to_datetime(expires_at)  # type: ignore[return-value]
+
+        return self._transaction(body)
+
+    def renew_lock(self, name: str, owner: str, fence: int, ttl_s: float) -> datetime | None:
+        def body(cursor: Any) -> datetime | None:
+            cursor.execute(
+                f"UPDATE {LOCK_TABLE} SET expires_at = {_plus(NOW, '%s')} "
+                f"WHERE name = %s AND owner = %s AND fence = %s AND expires_at > {NOW}",
+                [float(ttl_s), name, owner, fence],
+            )
+            if cursor.rowcount != 1:
+                return None
+            cursor.execute(f"SELECT expires_at FROM {LOCK_TABLE} WHERE name = %s", [name])
+            return self.to_datetime(cursor.fetchone()[0])
+
+        return self._transaction(body)
+
+    def upsert_schedule(self, values: dict[str, Any], next_run_at: datetime) -> None:
+        # next_run_at is assigned before spec, so it compares the stored spec.
+        sql = (
+            f"INSERT INTO {SCHEDULE_TABLE} (name, spec, interval_s, queue, payload, priority, "
+            "max_attempts, visibility_timeout_s, retry_base_s, expires_s, enabled, "
+            "next_run_at, last_fired_at, created_at, updated_at) "
+            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, {NOW}, {NOW}) "
+            "ON DUPLICATE KEY UPDATE next_run_at = IF(spec = %s, next_run_at, %s), "
+            "spec = %s, interval_s = %s, queue = %s, payload = %s, priority = %s, "
+            "max_attempts = %s, visibility_timeout_s = %s, retry_base_s = %s, expires_s = %s, "
+            f"updated_at = {NOW}"
+        )
+        row = schedule_params(self, values, next_run_at)
+        spec, next_at = row[1], row[11]
+        self._rowcount(sql, [*row, spec, next_at, spec, *row[2:10]])

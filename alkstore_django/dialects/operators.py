@@ -1,0 +1,115 @@
+"""The operators' statements in standard SQL: every engine so far speaks them alike.
+
+Dead letters, the queue overview, schedule toggles and the outcome counters'
+pruning; ``base.py`` declares them, an engine overrides what its SQL cannot
+run (MySQL's ``purge_dead_batch``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from .base import DEAD_TABLE, JOB_TABLE, OUTCOME_TABLE, SCHEDULE_TABLE, Dialect
+
+
+class OperatorDialect(Dialect):
+    """``Dialect`` with the operators' statements written once."""
+
+    def set_schedules_enabled(self, ids: Sequence[int], enabled: bool) -> int:
+        """Pause or resume schedules; return how many rows changed.
+
+        Resuming moves a ``next_run_at`` that passed while paused to the first
+        boundary after now, so a long pause is not replayed as a burst of fires.
+        """
+        now, now_params = self.now_sql()
+        if enabled:
+            sets = (
+                f"enabled = %s, updated_at = {now}, next_run_at = CASE WHEN next_run_at <= {now} "
+                f"THEN {self.next_boundary_sql(now)} ELSE next_run_at END"
+            )
+            params = [True, *now_params, *now_params, *now_params]
+        else:
+            sets = f"enabled = %s, updated_at = {now}"
+            params = [False, *now_params]
+        match, match_params = self.ids_sql(ids)
+        sql = f"UPDATE {SCHEDULE_TABLE} SET {sets} WHERE {match} AND enabled = %s"
+        return self._rowcount(sql, [*params, *match_params, not enabled])
+
+    def dead_ids(self, queue: str, after_id: int, limit: int) -> list[int]:
+        """Return up to ``limit`` ids of ``queue``'s dead letters above ``after_id``, ascending."""
+        sql = f"SELECT id FROM {DEAD_TABLE} WHERE queue = %s AND id > %s ORDER BY id LIMIT %s"
+        return [row[0] for row in self._fetchall(sql, [queue, after_id, limit])]
+
+    def dead_queues(self) -> list[str]:
+        """Return the queues that have dead letters, sorted.
+
+        A loose index scan: one probe of the (queue, died_at) index per queue,
+        instead of reading every dead letter as ``SELECT DISTINCT`` would.
+        """
+        sql = (
+            f"WITH RECURSIVE q(queue) AS (SELECT min(queue) FROM {DEAD_TABLE} UNION ALL "
+            f"SELECT (SELECT min(queue) FROM {DEAD_TABLE} WHERE queue > q.queue) FROM q "
+            "WHERE q.queue IS NOT NULL) SELECT queue FROM q WHERE queue IS NOT NULL"
+        )
+        return [row[0] for row in self._fetchall(sql, [])]
+
+    def delete_dead(self, ids: Sequence[int]) -> int:
+        """Delete the dead letters ``ids``; return the count."""
+        match, params = self.ids_sql(ids)
+        return self._rowcount(f"DELETE FROM {DEAD_TABLE} WHERE {match}", params)
+
+    def purge_dead_batch(self, queue: str, cutoff: datetime, limit: int) -> int:
+        """Delete up to ``limit`` of ``queue``'s dead letters that died at or before ``cutoff``.
+
+        Oldest first: the inner select walks the (queue, died_at) index.
+        """
+        sql = (
+            f"DELETE FROM {DEAD_TABLE} WHERE id IN (SELECT id FROM {DEAD_TABLE} WHERE queue = %s "
+            "AND died_at <= %s ORDER BY died_at LIMIT %s)"
+        )
+        return self._rowcount(sql, [queue, self.adapt_datetime(cutoff), limit])
+
+    def overview(self, now: datetime) -> dict[str, dict[str, Any]]:
+        """Return per-queue counts as of ``now`` from three grouped, index-served queries."""
+        at = self.adapt_datetime(now)
+        stats: dict[str, dict[str, Any]] = {}
+
+        def row_for(queue: str) -> dict[str, Any]:
+            return stats.setdefault(
+                queue,
+                {"pending": 0, "scheduled": 0, "processing": 0, "overdue": 0, "dead": 0,
+                 "oldest_pending_at": None},
+            )  # fmt: skip
+
+        pending = self._fetchall(
+            "SELECT queue, sum(CASE WHEN run_at <= %s THEN 1 ELSE 0 END), "
+            "sum(CASE WHEN run_at > %s THEN 1 ELSE 0 END), "
+            f"min(CASE WHEN run_at <= %s THEN run_at END) FROM {JOB_TABLE} "
+            "WHERE state = 'pending' GROUP BY queue",
+            [at, at, at],
+        )
+        for queue, ready, scheduled, oldest in pending:
+            row = row_for(queue)
+            row["pending"], row["scheduled"] = int(ready or 0), int(scheduled or 0)
+            row["oldest_pending_at"] = self.to_datetime(oldest)
+        processing = self._fetchall(
+            "SELECT queue, count(*), sum(CASE WHEN claim_expires_at <= %s THEN 1 ELSE 0 END) "
+            f"FROM {JOB_TABLE} WHERE state = 'processing' GROUP BY queue",
+            [at],
+        )
+        for queue, count, overdue in processing:
+            row = row_for(queue)
+            row["processing"], row["overdue"] = int(count), int(overdue or 0)
+        for queue, dead in self._fetchall(
+            f"SELECT queue, count(*) FROM {DEAD_TABLE} GROUP BY queue", []
+        ):
+            row_for(queue)["dead"] = int(dead)
+        return stats
+
+    def prune_outcomes(self, keep_s: float) -> int:
+        """Delete outcome counters older than ``keep_s`` seconds; return the count."""
+        now, now_params = self.now_sql()
+        sql = f"DELETE FROM {OUTCOME_TABLE} WHERE minute < {self.plus_sql(now, '%s')}"
+        return self._rowcount(sql, [*now_params, -keep_s])

@@ -1,0 +1,69 @@
+"""The upserts of the engines that speak ``INSERT … ON CONFLICT … RETURNING``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from .base import LOCK_TABLE, SCHEDULE_TABLE, schedule_params
+from .operators import OperatorDialect
+
+
+class OnConflictDialect(OperatorDialect):
+    """The upserts of the engines that speak ``INSERT … ON CONFLICT … RETURNING``.
+
+    PostgreSQL, and SQLite since 3.35: one statement takes, renews or refuses
+    a lease atomically and says which it did. MySQL has neither, and writes
+    its own.
+    """
+
+    supports_update_returning = True
+
+    def acquire_lock(self, name: str, owner: str, ttl_s: float) -> tuple[int, datetime] | None:
+        now, now_params = self.now_sql()
+        renewing = "l.owner = excluded.owner AND l.expires_at > excluded.acquired_at"
+        sql = (
+            f"INSERT INTO {LOCK_TABLE} AS l (name, owner, fence, expires_at, acquired_at) "
+            f"VALUES (%s, %s, 1, {self.plus_sql(now, '%s')}, {now}) "
+            "ON CONFLICT (name) DO UPDATE SET "
+            f"fence = CASE WHEN {renewing} THEN l.fence ELSE l.fence + 1 END, "
+            f"acquired_at = CASE WHEN {renewing} THEN l.acquired_at "
+            "ELSE excluded.acquired_at END, "
+            "owner = excluded.owner, expires_at = excluded.expires_at "
+            "WHERE l.owner = excluded.owner OR l.expires_at <= excluded.acquired_at "
+            "RETURNING fence, expires_at"
+        )
+        rows = self._fetchall(sql, [name, owner, *now_params, float(ttl_s), *now_params])
+        if not rows:
+            return None
+        return int(rows[0][0]), self.to_datetime(rows[0][1])  # type: ignore[return-value]
+
+    def renew_lock(self, name: str, owner: str, fence: int, ttl_s: float) -> datetime | None:
+        now, now_params = self.now_sql()
+        sql = (
+            f"UPDATE {LOCK_TABLE} SET expires_at = {self.plus_sql(now, '%s')} "
+            f"WHERE name = %s AND owner = %s AND fence = %s AND expires_at > {now} "
+            "RETURNING expires_at"
+        )
+        rows = self._fetchall(sql, [*now_params, float(ttl_s), name, owner, fence, *now_params])
+        return self.to_datetime(rows[0][0]) if rows else None
+
+    def upsert_schedule(self, values: dict[str, Any], next_run_at: datetime) -> None:
+        now, now_params = self.now_sql()
+        sql = (
+            f"INSERT INTO {SCHEDULE_TABLE} AS s (name, spec, interval_s, queue, payload, "
+            "priority, max_attempts, visibility_timeout_s, retry_base_s, expires_s, enabled, "
+            "next_run_at, last_fired_at, created_at, updated_at) "
+            f"VALUES (%s, %s, %s, %s, {self.json_sql()}, %s, %s, %s, %s, %s, %s, %s, NULL, "
+            f"{now}, {now}) "
+            "ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, "
+            "interval_s = excluded.interval_s, queue = excluded.queue, "
+            "payload = excluded.payload, priority = excluded.priority, "
+            "max_attempts = excluded.max_attempts, "
+            "visibility_timeout_s = excluded.visibility_timeout_s, "
+            "retry_base_s = excluded.retry_base_s, expires_s = excluded.expires_s, "
+            "updated_at = excluded.updated_at, "
+            "next_run_at = CASE WHEN s.spec = excluded.spec THEN s.next_run_at "
+            "ELSE excluded.next_run_at END"
+        )
+        self._rowcount(sql, [*schedule_params(self, values, next_run_at), *now_params, *now_params])
