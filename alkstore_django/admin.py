@@ -110,6 +110,7 @@ class DeadJobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
         "run_at",
         "worker_id",
         "expires_at",
+        "timeout_s",
     )
     readonly_fields = fields
 
@@ -299,6 +300,7 @@ class JobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
         "claim_expires_at",
         "expires_at",
         "visibility_timeout_s",
+        "timeout_s",
         "retry_base_s",
         "last_error",
         "payload_pretty",

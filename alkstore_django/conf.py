@@ -31,6 +31,8 @@ class QueueOptions:
     priority: int = 0
     expires_s: float | None = None
     dead_letter_retention_s: float | None = 604_800
+    # The run time limit of each attempt; None means none (see workers.md).
+    timeout_s: float | None = None
 
     def overlay(self, opts: dict[str, Any]) -> QueueOptions:
         """Return these options with ``opts`` laid over them (already validated)."""

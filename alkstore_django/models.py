@@ -35,6 +35,7 @@ def _job_record(
         attempts=row.attempts,
         max_attempts=row.max_attempts,
         generation=row.generation,
+        timeout_s=row.timeout_s,
         visibility_timeout_s=row.visibility_timeout_s,
         retry_base_s=row.retry_base_s,
         expires_at=row.expires_at,
@@ -67,6 +68,8 @@ class JobStamps(models.Model):
     # attempts, nothing resets it (a requeue from the dead letters included),
     # so an old handle can never match a later claim.
     generation = models.PositiveBigIntegerField(db_default=0)
+    # The run time limit of each attempt, in seconds; null means none.
+    timeout_s = models.FloatField(null=True, blank=True)
     max_attempts = models.PositiveIntegerField()
     visibility_timeout_s = models.FloatField()
     retry_base_s = models.FloatField()

@@ -56,12 +56,14 @@ class Outbox:
         priority: int | None = None,
         expires_s: float | None = None,
         max_attempts: int | None = None,
+        timeout_s: float | None = None,
     ) -> int:
         """Write one message and return its id; resolution as ``Queue.enqueue``.
 
         Inside ``transaction.atomic()`` the message commits or rolls back with
         the caller's business writes; the worker is woken on commit.
-        ``max_attempts`` is the one per-message override of the fixed stamps.
+        ``max_attempts`` and ``timeout_s`` are the per-message overrides of the
+        fixed stamps.
         """
         return self.queue.enqueue(
             payload,
@@ -70,6 +72,7 @@ class Outbox:
             priority=priority,
             expires_s=expires_s,
             max_attempts=max_attempts,
+            timeout_s=timeout_s,
         )
 
     def run_once(self, worker_id: str, delivery: Delivery) -> bool:

@@ -58,6 +58,7 @@ class Queue:
             visibility_timeout_s=options.visibility_timeout_s,
             retry_base_s=options.retry_base_s,
             expires_s=options.expires_s,
+            timeout_s=options.timeout_s,
         )
 
     def __repr__(self) -> str:
@@ -74,6 +75,7 @@ class Queue:
         priority: int | None = None,
         expires_s: float | None = None,
         max_attempts: int | None = None,
+        timeout_s: float | None = None,
     ) -> int:
         """Write one pending job and return its id.
 
@@ -83,7 +85,7 @@ class Queue:
         """
         self.store.check_open()
         encoded = encode_payload(payload, app_settings.max_payload_bytes)
-        stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts)
+        stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts, timeout_s)
         ids = self.store.dialect.enqueue(stamps, (encoded,))
         if job_enqueued.receivers:
             job_enqueued.send(self.name, job_ids=ids)
@@ -98,6 +100,7 @@ class Queue:
         priority: int | None = None,
         expires_s: float | None = None,
         max_attempts: int | None = None,
+        timeout_s: float | None = None,
     ) -> list[int]:
         """Write many pending jobs in one statement and return their ids in order.
 
@@ -110,7 +113,7 @@ class Queue:
             )
         limit = app_settings.max_payload_bytes
         encoded = [encode_payload(payload, limit) for payload in payloads]
-        stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts)
+        stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts, timeout_s)
         dialect = self.store.dialect
         if not encoded:
             return []
@@ -133,10 +136,11 @@ class Queue:
         priority: int | None,
         expires_s: float | None,
         max_attempts: int | None,
+        timeout_s: float | None,
     ) -> EnqueueStamps:
         """Validate the per-call options over this queue's defaults."""
         plain = delay_s is None and run_at is None and priority is None
-        if plain and expires_s is None and max_attempts is None:
+        if plain and expires_s is None and max_attempts is None and timeout_s is None:
             return self._plain
         # run_at is checked even when delay_s wins, so a bad value never passes silently.
         if run_at is not None:
@@ -153,6 +157,8 @@ class Queue:
             changes["priority"] = validate_priority(priority)
         if max_attempts is not None:
             changes["max_attempts"] = validate_max_attempts(max_attempts)
+        if timeout_s is not None:
+            changes["timeout_s"] = validate_duration("timeout_s", timeout_s, allow_zero=False)
         return replace(self._plain, **changes)
 
     # --- claims --------------------------------------------------------------

@@ -110,9 +110,11 @@ class EnqueueStamps:
     max_attempts: int
     visibility_timeout_s: float
     retry_base_s: float
+    timeout_s: float | None = None
     run_at: datetime | None = None
     delay_s: float | None = None
     expires_s: float | None = None
 
     def stamp_params(self) -> list[Any]:
-        return [self.max_attempts, self.visibility_timeout_s, self.retry_base_s]
+        """The values of ``ENQUEUE_STAMP_COLUMNS``, in that order."""
+        return [self.max_attempts, self.visibility_timeout_s, self.retry_base_s, self.timeout_s]

@@ -40,14 +40,14 @@ from .models import DeadJob, TaskStatus
 from .models import Job as JobRow
 from .models import TaskResult as TaskResultRow
 from .store import Store, get_store
-from .validation import encode_payload, validate_name
+from .validation import encode_payload, validate_duration, validate_name
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_ATTEMPTS = 1  # Django's semantics: a raising task is FAILED.
 DEFAULT_RESULT_RETENTION_S = 604_800.0
 PRUNE_INTERVAL_S = 60.0
-OPTION_NAMES = frozenset({"max_attempts", "result_retention_s"})
+OPTION_NAMES = frozenset({"max_attempts", "result_retention_s", "timeout_s"})
 MAX_JOB_ID = 2**63 - 1
 
 
@@ -57,37 +57,48 @@ class TaskLost(Exception):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlkstoreTask(Task):
-    """A Task that may carry its own ``max_attempts`` (``@task(max_attempts=5)``).
+    """A Task that may carry its own ``max_attempts`` and ``timeout_s``.
 
-    ``None`` means the backend's ``OPTIONS["max_attempts"]`` (1 by default).
+    ``@task(max_attempts=5, timeout_s=30)``; ``None`` means the backend's
+    ``OPTIONS`` (1 attempt and no time limit by default).
     """
 
     max_attempts: int | None = None
+    timeout_s: float | None = None
 
 
 def task(
-    function: Callable[..., Any] | None = None, *, max_attempts: int | None = None, **options: Any
+    function: Callable[..., Any] | None = None,
+    *,
+    max_attempts: int | None = None,
+    timeout_s: float | None = None,
+    **options: Any,
 ) -> Any:
-    """Django's ``@task`` that also takes ``max_attempts``, on every supported Django.
+    """Django's ``@task`` that also takes ``max_attempts`` and ``timeout_s``, on every Django.
 
     ``django.tasks.task`` hands extra options to the backend's task class only
     from Django 6.1; on 6.0 ``@task(max_attempts=5)`` is a ``TypeError``. This
-    decorator builds the task with Django's own and then sets
-    ``max_attempts``, which the backend validates (``InvalidTask`` below 1).
-    Every other option is Django's. ``max_attempts`` on a backend that is not
-    an ``AlkstoreBackend`` raises ``InvalidTask`` naming the backend.
+    decorator builds the task with Django's own and then sets them; the
+    backend validates them (``InvalidTask``). Every other option is Django's.
+    Either on a backend that is not an ``AlkstoreBackend`` raises
+    ``InvalidTask`` naming the backend.
     """
+    ours: dict[str, Any] = {
+        name: value
+        for name, value in (("max_attempts", max_attempts), ("timeout_s", timeout_s))
+        if value is not None
+    }
 
     def wrapper(func: Callable[..., Any]) -> Task:
         built: Task = django_task(**options)(func)
-        if max_attempts is None:
+        if not ours:
             return built
         if not isinstance(built, AlkstoreTask):
             raise InvalidTask(
-                f"Task {built.module_path!r} sets max_attempts, but TASKS[{built.backend!r}] "
+                f"Task {built.module_path!r} sets {', '.join(ours)}, but TASKS[{built.backend!r}] "
                 f"is {type(built.get_backend()).__name__}: expected an AlkstoreBackend."
             )
-        return replace(built, max_attempts=max_attempts)
+        return replace(built, **ours)
 
     return wrapper if function is None else wrapper(function)
 
@@ -174,6 +185,11 @@ class AlkstoreBackend(BaseTaskBackend):
         return int(self.options.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
 
     @property
+    def timeout_s(self) -> float | None:
+        value = self.options.get("timeout_s")
+        return None if value is None else float(value)
+
+    @property
     def result_retention_s(self) -> float | None:
         value = self.options.get("result_retention_s", DEFAULT_RESULT_RETENTION_S)
         return None if value is None else float(value)
@@ -183,7 +199,7 @@ class AlkstoreBackend(BaseTaskBackend):
         return sorted(self.queues) or ["default"]
 
     def validate_task(self, task: Task) -> None:
-        """Django's checks, plus a per-task ``max_attempts`` of at least 1 (no database)."""
+        """Django's checks, plus a per-task ``max_attempts`` and ``timeout_s`` (no database)."""
         super().validate_task(task)
         attempts = getattr(task, "max_attempts", None)
         if attempts is not None and (
@@ -192,6 +208,12 @@ class AlkstoreBackend(BaseTaskBackend):
             raise InvalidTask(
                 f"Invalid max_attempts {attempts!r}: expected a whole number of at least 1."
             )
+        try:
+            validate_duration(
+                "timeout_s", getattr(task, "timeout_s", None), allow_zero=False, allow_none=True
+            )
+        except AlkstoreError as exc:
+            raise InvalidTask(str(exc)) from exc
 
     # --- enqueue -----------------------------------------------------------------
 
@@ -210,6 +232,7 @@ class AlkstoreBackend(BaseTaskBackend):
             run_after=task.run_after,
         )
         max_attempts = getattr(task, "max_attempts", None) or self.max_attempts
+        timeout_s = getattr(task, "timeout_s", None) or self.timeout_s
         store = self.store
         queue = store.queue(task.queue_name)
         # Read back in the same transaction: a fast worker may have run the job already.
@@ -219,6 +242,7 @@ class AlkstoreBackend(BaseTaskBackend):
                 run_at=task.run_after,
                 priority=task.priority,
                 max_attempts=max_attempts,
+                timeout_s=timeout_s,
             )
             enqueued_at = (
                 JobRow.objects.using(store.using)
@@ -310,7 +334,19 @@ class AlkstoreBackend(BaseTaskBackend):
                 checks.Error(
                     f"TASKS[{self.alias!r}]['OPTIONS']['result_retention_s'] is {retention!r}.",
                     hint="Use a positive number of seconds, or None to keep results forever.",
-                    id="alkstore.E103",
+                    id="alkstore.E105",
+                )
+            )
+        try:
+            validate_duration(
+                "timeout_s", self.options.get("timeout_s"), allow_zero=False, allow_none=True
+            )
+        except AlkstoreError as exc:
+            messages.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}]['OPTIONS']['timeout_s']: {exc}",
+                    hint="Use a positive number of seconds, or None for no run time limit.",
+                    id="alkstore.E106",
                 )
             )
         for name in self.queue_names():

@@ -154,7 +154,7 @@ def validate_queue_options(opts: dict[str, Any], *, source: str = "queue option"
             checked[key] = validate_duration(key, value)
         elif key == "priority":
             checked[key] = validate_priority(value)
-        elif key == "expires_s":
+        elif key in ("expires_s", "timeout_s"):
             checked[key] = validate_duration(key, value, allow_zero=False, allow_none=True)
         else:
             checked[key] = validate_duration(key, value, allow_none=True)

@@ -51,13 +51,15 @@ JOB_COLUMNS = (
     "last_error",
     "enqueued_at",
     "generation",
+    "timeout_s",
 )
 JOB_SELECT = ", ".join(JOB_COLUMNS)
 # The columns a dead letter copies from its live row (state and the claim
 # deadline stay behind; last_error and died_at are written by the move).
 DEAD_COPY = (
     "id, queue, payload, priority, run_at, attempts, max_attempts, "
-    "visibility_timeout_s, retry_base_s, expires_at, worker_id, enqueued_at, generation"
+    "visibility_timeout_s, retry_base_s, expires_at, worker_id, enqueued_at, generation, "
+    "timeout_s"
 )
 DEAD_COLUMNS = DEAD_COPY + ", last_error, died_at"
 # A handle is valid while its row is still under the very claim it was given:
@@ -75,8 +77,15 @@ REQUEUE_COLUMNS = JOB_SELECT
 REQUEUE_SELECT = (
     "id, queue, payload, priority, {now}, 0, max_attempts, visibility_timeout_s, "
     "retry_base_s, CASE WHEN expires_at > {now} THEN expires_at END, 'pending', NULL, NULL, "
-    "last_error, enqueued_at, generation"
+    "last_error, enqueued_at, generation, timeout_s"
 )
+# What every engine's enqueue writes: the columns, then the stamps' placeholders
+# (``EnqueueStamps.stamp_params`` fills them, in this order).
+ENQUEUE_COLUMNS = (
+    "queue, payload, priority, run_at, attempts, max_attempts, visibility_timeout_s, "
+    "retry_base_s, timeout_s, expires_at, state, enqueued_at"
+)
+STAMP_MARKS = "%s, %s, %s, %s"
 
 
 class Watcher:
@@ -301,6 +310,7 @@ class Dialect:
             last_error=row[13],
             enqueued_at=dt(row[14]),  # type: ignore[arg-type]
             generation=row[15],
+            timeout_s=row[16],
         )
 
     def _rowcount(self, sql: str, params: Sequence[Any]) -> int:

@@ -42,6 +42,7 @@ from .base import (
     DEAD_COLUMNS,
     DEAD_COPY,
     DEAD_TABLE,
+    ENQUEUE_COLUMNS,
     JOB_SELECT,
     JOB_TABLE,
     LOCK_TABLE,
@@ -49,6 +50,7 @@ from .base import (
     REQUEUE_COLUMNS,
     REQUEUE_SELECT,
     SCHEDULE_TABLE,
+    STAMP_MARKS,
     Watcher,
     schedule_params,
 )
@@ -202,14 +204,12 @@ class MysqlDialect(OperatorDialect):
         if stamps.expires_s is not None:
             expires_at = _plus(NOW, "%s")
             shared.append(stamps.expires_s)
-        row = f"(%s, %s, %s, {run_at}, 0, %s, %s, %s, {expires_at}, 'pending', {NOW})"
+        row = f"(%s, %s, %s, {run_at}, 0, {STAMP_MARKS}, {expires_at}, 'pending', {NOW})"
         params: list[Any] = []
         for payload in payloads:
             params += [stamps.queue, payload, *shared]
-        sql = (
-            f"INSERT INTO {JOB_TABLE} (queue, payload, priority, run_at, attempts, max_attempts, "
-            "visibility_timeout_s, retry_base_s, expires_at, state, enqueued_at) VALUES "
-            + ", ".join([row] * len(payloads))
+        sql = f"INSERT INTO {JOB_TABLE} ({ENQUEUE_COLUMNS}) VALUES " + ", ".join(
+            [row] * len(payloads)
         )
         with self.connection.cursor() as cursor:
             if self._returning:

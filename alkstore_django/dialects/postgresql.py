@@ -26,11 +26,13 @@ from .base import (
     DEAD_COLUMNS,
     DEAD_COPY,
     DEAD_TABLE,
+    ENQUEUE_COLUMNS,
     JOB_SELECT,
     JOB_TABLE,
     OUTCOME_TABLE,
     REQUEUE_COLUMNS,
     REQUEUE_SELECT,
+    STAMP_MARKS,
     Watcher,
 )
 from .upserts import OnConflictDialect
@@ -57,11 +59,8 @@ def _enqueue_sql(single: bool, when: str, expires: bool) -> str:
     """
     run_at = {"now": NOW, "delay": _plus(NOW, "%s::float8"), "at": "%s::timestamptz"}[when]
     expires_at = _plus(NOW, "%s::float8") if expires else "NULL"
-    columns = (
-        f"INSERT INTO {JOB_TABLE} (queue, payload, priority, run_at, attempts, max_attempts, "
-        "visibility_timeout_s, retry_base_s, expires_at, state, enqueued_at)"
-    )
-    values = f"%s, {run_at}, 0, %s, %s, %s, {expires_at}, 'pending', {NOW}"
+    columns = f"INSERT INTO {JOB_TABLE} ({ENQUEUE_COLUMNS})"
+    values = f"%s, {run_at}, 0, {STAMP_MARKS}, {expires_at}, 'pending', {NOW}"
     if single:
         return f"{columns} VALUES (%s, %s::jsonb, {values}) RETURNING id, pg_notify(%s, '')"
     return (

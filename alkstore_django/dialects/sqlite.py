@@ -30,11 +30,13 @@ from .base import (
     DEAD_COLUMNS,
     DEAD_COPY,
     DEAD_TABLE,
+    ENQUEUE_COLUMNS,
     JOB_SELECT,
     JOB_TABLE,
     OUTCOME_TABLE,
     REQUEUE_COLUMNS,
     REQUEUE_SELECT,
+    STAMP_MARKS,
     Watcher,
 )
 from .upserts import OnConflictDialect
@@ -161,9 +163,8 @@ class SqliteDialect(OnConflictDialect):
             params.append(stamps.expires_s)
         params.append(json.dumps(list(payloads)))
         sql = (
-            f"INSERT INTO {JOB_TABLE} (queue, payload, priority, run_at, attempts, max_attempts, "
-            "visibility_timeout_s, retry_base_s, expires_at, state, enqueued_at) "
-            f"SELECT %s, value, %s, {run_at_sql}, 0, %s, %s, %s, {expires_sql}, 'pending', {NOW} "
+            f"INSERT INTO {JOB_TABLE} ({ENQUEUE_COLUMNS}) SELECT %s, value, %s, {run_at_sql}, 0, "
+            f"{STAMP_MARKS}, {expires_sql}, 'pending', {NOW} "
             "FROM json_each(%s) ORDER BY key RETURNING id"
         )
         with self.connection.cursor() as cursor:

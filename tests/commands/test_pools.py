@@ -137,3 +137,47 @@ def test_processes__a_child_that_cannot_start_stops_the_worker_and_charges_nothi
         job = store.get_job(job_id)
         assert (job.state, job.attempts) == ("pending", 0)  # never started: never charged
     assert not Run.objects.exists()
+
+
+def test_processes__a_handler_past_its_time_limit_is_killed_retried_then_dead_lettered(
+    subprocess_env,
+):
+    q = store.queue("p.work", max_attempts=2, retry_base_s=0)
+    looping = q.enqueue({"loop": True}, timeout_s=1)
+    innocent = q.enqueue_many([{"sleep_s": 0.2}] * 6)
+    started = time.monotonic()
+    code, out = runworker(
+        subprocess_env, "--queue", "p.work", "--pool", "processes", "--concurrency", "2", "--burst"
+    )
+    assert code == 0, out
+    dead = DeadJob.objects.get(id=looping)
+    assert (dead.attempts, dead.last_error) == (2, "timed out after 1 s")
+    assert Run.objects.filter(job_id=looping).count() == 2
+    assert_acked_once(innocent)
+    # Two attempts of 1 s each (backoff 0), the children that replace the killed
+    # ones, and the worker's own start-up.
+    assert time.monotonic() - started < 2 * 1 + 15
+    assert (dead.died_at - dead.enqueued_at).total_seconds() < 2 * (1 + 2 + 2)
+
+
+def test_threads__a_handler_past_its_time_limit_is_recorded_and_the_worker_restarts(
+    subprocess_env,
+):
+    """A thread cannot be killed: the worker records the attempt and exits 75 to be restarted."""
+    q = store.queue("p.work", max_attempts=2, retry_base_s=0)
+    looping = q.enqueue({"loop": True}, timeout_s=1)
+    innocent = q.enqueue_many([{"sleep_s": 0.1}] * 6)
+    codes, outs = [], []
+    for _ in range(4):  # as a supervisor restarts it
+        code, out = runworker(
+            subprocess_env, "--queue", "p.work", "--concurrency", "2", "--grace-s", "1", "--burst"
+        )
+        codes.append(code)
+        outs.append(out)
+        if DeadJob.objects.filter(id=looping).exists() and not Job.objects.exists():
+            break
+    assert codes[:2] == [75, 75], outs
+    assert "a thread cannot be stopped" in outs[0]
+    dead = DeadJob.objects.get(id=looping)
+    assert (dead.attempts, dead.last_error) == (2, "timed out after 1 s")
+    assert_acked_once(innocent)

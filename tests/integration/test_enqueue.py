@@ -9,6 +9,7 @@ from django.db import connections, transaction
 from django.test import override_settings
 
 from alkstore_django import store
+from alkstore_django.errors import InvalidArgument
 from alkstore_django.models import Job
 from tests.helpers import db_now, live_count
 from tests.testapp.models import Order
@@ -223,3 +224,19 @@ def test_enqueue__accepts_the_extremes_of_every_range():
     top = store.get_job(q.enqueue({}, priority=2**31 - 1))
     assert top.priority == 2**31 - 1
     assert q.claim_one("w").job.id == top.id
+
+
+def test_timeout_s__is_stored_with_the_job_from_the_call_or_the_queue(settings):
+    settings.ALKSTORE = {"QUEUES": {"limited": {"timeout_s": 30}}}
+    assert store.get_job(store.queue("limited").enqueue(1)).timeout_s == 30
+    assert store.get_job(store.queue("limited").enqueue(1, timeout_s=2.5)).timeout_s == 2.5
+    assert store.get_job(store.queue("free").enqueue(1)).timeout_s is None
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "30", True])
+def test_timeout_s__out_of_range_is_refused_before_any_write(bad):
+    with pytest.raises(InvalidArgument, match="Invalid timeout_s"):
+        store.queue("free").enqueue(1, timeout_s=bad)
+    with pytest.raises(InvalidArgument, match="Invalid timeout_s"):
+        store.queue("free", timeout_s=bad)
+    assert live_count() == 0

@@ -30,7 +30,9 @@ def test_check__a_good_backend_is_clean():
         ({"max_attempt": 3}, "alkstore.E102"),
         ({"max_attempts": 0}, "alkstore.E103"),
         ({"max_attempts": "3"}, "alkstore.E103"),
-        ({"result_retention_s": -1}, "alkstore.E103"),
+        ({"result_retention_s": -1}, "alkstore.E105"),
+        ({"timeout_s": 0}, "alkstore.E106"),
+        ({"timeout_s": "30"}, "alkstore.E106"),
     ],
 )
 def test_check__names_the_bad_option(options, expected):

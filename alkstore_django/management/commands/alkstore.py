@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
 
 from ... import operations
+from ...attempts import attempts_of
 from ...conf import app_settings
 from ...display import error_summary, format_age, format_timestamp
 from ...errors import AlkstoreError
@@ -156,10 +157,33 @@ class Command(BaseCommand):
         job = operations.get_dead(job_id, using=using)
         if job is None:
             raise CommandError(f"No dead letter with id {job_id}.")
+        history = attempts_of(job_id, using)
         if as_json:
-            self._json(asdict(job))
+            self._json(
+                {
+                    **asdict(job),
+                    "attempt_history": [
+                        {
+                            "attempt": a.attempt,
+                            "failed_at": a.failed_at,
+                            "worker_id": a.worker_id,
+                            "error": a.error,
+                            "exception_class": a.exception_class,
+                            "traceback": a.traceback,
+                        }
+                        for a in history
+                    ],
+                }
+            )
             return
         self._describe(job)
+        if history:
+            self.stdout.write("attempt history:")
+        for a in history:
+            self.stdout.write(
+                f"  attempt {a.attempt}  {format_timestamp(a.failed_at)}  {a.worker_id or '-'}  "
+                f"{error_summary(a.error)}"
+            )
 
     def _describe(self, job: Job) -> None:
         fields = (
@@ -171,6 +195,7 @@ class Command(BaseCommand):
             ("run at", format_timestamp(job.run_at)),
             ("expires at", format_timestamp(job.expires_at)),
             ("priority", str(job.priority)),
+            ("time limit", "-" if job.timeout_s is None else f"{job.timeout_s:g} s"),
             ("last worker", job.worker_id or "-"),
         )
         width = max(len(name) for name, _ in fields)
