@@ -8,9 +8,9 @@ configured database alias on every access.
 from __future__ import annotations
 
 from . import errors
-from .errors import Fail
+from .errors import Fail, Snooze
 from .handlers import handler
 from .store import Store, store
 
-__all__ = ["Fail", "Store", "errors", "handler", "store"]
+__all__ = ["Fail", "Snooze", "Store", "errors", "handler", "store"]
 __version__ = "0.1.0"

@@ -256,8 +256,9 @@ def child_main() -> None:
                 outcome = run_job(func, job)
             answer = {
                 "kind": outcome.kind,
-                # Only a result hook (the Tasks runner's) reads the value; it is JSON there.
-                "value": outcome.value if has_hooks(func) else None,
+                # Only a result hook (the Tasks runner's, JSON there) and a snooze's delay
+                # need the value.
+                "value": outcome.value if has_hooks(func) or outcome.kind == "snooze" else None,
                 "error": outcome.error,
                 "exc_class": outcome.exc_class,
                 "traceback": outcome.traceback,

@@ -33,6 +33,8 @@ class QueueOptions:
     dead_letter_retention_s: float | None = 604_800
     # The run time limit of each attempt; None means none (see workers.md).
     timeout_s: float | None = None
+    # How often a job may be snoozed before it is dead-lettered (see queues.md).
+    max_snoozes: int = 100
 
     def overlay(self, opts: dict[str, Any]) -> QueueOptions:
         """Return these options with ``opts`` laid over them (already validated)."""

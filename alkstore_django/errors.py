@@ -51,6 +51,14 @@ class Fail(Exception):
     """Raised by a handler to dead-letter its job at once; the message becomes last_error."""
 
 
+class Snooze(Exception):
+    """Raised by a handler to put its job off for ``delay_s`` without spending an attempt."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__(f"snoozed for {delay_s!r} s")
+        self.delay_s = delay_s
+
+
 __all__ = [
     "AlkstoreError",
     "Fail",
@@ -61,5 +69,6 @@ __all__ = [
     "LockNotAcquired",
     "PayloadError",
     "ReservedName",
+    "Snooze",
     "StoreClosed",
 ]

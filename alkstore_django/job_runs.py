@@ -6,6 +6,7 @@ so they agree on what an exception means and on the text that is stored:
 
 - a return is an ack (the value is kept for the handler's ``on_acked`` hook);
 - ``Fail`` dead-letters at once with its message;
+- ``Snooze(delay_s)`` puts the job off without spending an attempt;
 - any other exception is a failed attempt, retried with backoff or
   dead-lettered when no attempt is left, stored as ``ExceptionType: message``.
 
@@ -28,7 +29,7 @@ from asgiref.sync import async_to_sync
 from django.db import InterfaceError, OperationalError, close_old_connections, transaction
 
 from .attempts import record_attempt
-from .errors import Fail
+from .errors import Fail, Snooze
 from .failures import (
     MAX_LOGGED_ERROR_CHARS,
     class_path,
@@ -64,7 +65,7 @@ def tidy_connections(close: Callable[[], None]) -> None:
 
 @dataclass
 class Outcome:
-    """What a handler run decided: ``ack``, ``retry`` or ``fail``.
+    """What a handler run decided: ``ack``, ``retry``, ``fail`` or ``snooze`` (``value`` = delay).
 
     A failure carries its stored ``error``, the exception's class path and
     traceback as text (which can cross to another process), and the exception
@@ -117,6 +118,8 @@ def run_handler(func: Callable[[Any], Any], arg: Any, job: Job) -> Outcome:
         raise
     except Fail as exc:
         outcome = Outcome.failed("fail", message_of(exc, "failed"), exc)
+    except Snooze as exc:
+        outcome = Outcome("snooze", value=exc.delay_s)
     except BaseException as exc:
         error = describe(exc)
         if len(error) < MAX_LOGGED_ERROR_CHARS:
@@ -159,7 +162,7 @@ def has_hooks(func: Any) -> bool:
 def settle(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> str:
     """Apply ``outcome`` to ``handle`` with ``func``'s hooks; return what became of the job.
 
-    Returns ``acked``, ``retried``, ``dead`` or ``lost`` (the claim was no
+    Returns ``acked``, ``retried``, ``snoozed``, ``dead`` or ``lost`` (the claim was no
     longer this handle's). One transaction per outcome, joined with the
     hooks' writes. A connection error propagates: nothing was recorded and
     the caller retries. Any other error is contained: the job gets a failed
@@ -206,6 +209,12 @@ def _apply(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> str:
             if hook is not None:
                 hook(job, outcome.value, using)
             return "acked"
+        if outcome.kind == "snooze":
+            # Over the snooze cap, snooze() dead-letters it; that is a failure.
+            before = handle.job.snoozes
+            if not handle.snooze(outcome.value):
+                return "lost"
+            return "snoozed" if before < handle.job.max_snoozes else "dead"
         exhausted = outcome.kind == "fail" or job.attempts >= job.max_attempts
         applied = (
             handle.fail(outcome.error) if outcome.kind == "fail" else handle.retry(outcome.error)

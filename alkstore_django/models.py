@@ -36,6 +36,8 @@ def _job_record(
         max_attempts=row.max_attempts,
         generation=row.generation,
         timeout_s=row.timeout_s,
+        snoozes=row.snoozes,
+        max_snoozes=row.max_snoozes,
         visibility_timeout_s=row.visibility_timeout_s,
         retry_base_s=row.retry_base_s,
         expires_at=row.expires_at,
@@ -70,6 +72,10 @@ class JobStamps(models.Model):
     generation = models.PositiveBigIntegerField(db_default=0)
     # The run time limit of each attempt, in seconds; null means none.
     timeout_s = models.FloatField(null=True, blank=True)
+    # How often a handler put the job off (``Snooze``) without spending an attempt,
+    # and how often it may before it is dead-lettered.
+    snoozes = models.PositiveIntegerField(db_default=0)
+    max_snoozes = models.PositiveIntegerField(db_default=100)
     max_attempts = models.PositiveIntegerField()
     visibility_timeout_s = models.FloatField()
     retry_base_s = models.FloatField()

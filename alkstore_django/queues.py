@@ -59,6 +59,7 @@ class Queue:
             retry_base_s=options.retry_base_s,
             expires_s=options.expires_s,
             timeout_s=options.timeout_s,
+            max_snoozes=options.max_snoozes,
         )
 
     def __repr__(self) -> str:
@@ -330,4 +331,25 @@ class JobHandle:
             return False
         return self._spend(
             self.queue.store.dialect.requeue_claimed(*self._fence(), delay_s=None, error=None)
+        )
+
+    def snooze(self, delay_s: float) -> bool:
+        """Put the job off: pending again after ``delay_s``, the claim's attempt given back.
+
+        The job's ``snoozes`` count grows by one; past its ``max_snoozes`` (a
+        queue option, 100 by default, stamped at enqueue) the job is
+        dead-lettered instead, with an error saying so, so a job cannot snooze
+        forever.
+        """
+        self.queue.store.check_open()
+        delay_s = validate_duration("delay_s", delay_s)  # type: ignore[assignment]
+        if self._spent:
+            return False
+        dialect = self.queue.store.dialect
+        limit = self.job.max_snoozes
+        if self.job.snoozes >= limit:
+            error = f"snoozed {self.job.snoozes} times: its max_snoozes is {limit}"
+            return self._spend(dialect.bury_claimed(*self._fence(), error))
+        return self._spend(
+            dialect.requeue_claimed(*self._fence(), delay_s=delay_s, error=None, snooze=True)
         )

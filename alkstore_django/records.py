@@ -33,6 +33,9 @@ class Job:
     generation: int = 0
     # The run time limit of each attempt, in seconds; None means no limit.
     timeout_s: float | None = None
+    # How often a handler put the job off without spending an attempt, and may.
+    snoozes: int = 0
+    max_snoozes: int = 100
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ class EnqueueStamps:
     max_attempts: int
     visibility_timeout_s: float
     retry_base_s: float
+    max_snoozes: int = 100
     timeout_s: float | None = None
     run_at: datetime | None = None
     delay_s: float | None = None
@@ -117,4 +121,10 @@ class EnqueueStamps:
 
     def stamp_params(self) -> list[Any]:
         """The values of ``ENQUEUE_STAMP_COLUMNS``, in that order."""
-        return [self.max_attempts, self.visibility_timeout_s, self.retry_base_s, self.timeout_s]
+        return [
+            self.max_attempts,
+            self.visibility_timeout_s,
+            self.retry_base_s,
+            self.timeout_s,
+            self.max_snoozes,
+        ]

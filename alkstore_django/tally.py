@@ -31,6 +31,7 @@ class WorkerStats:
     dead: int = 0
     lost: int = 0
     released: int = 0
+    snoozed: int = 0
 
 
 class Tally:
@@ -44,19 +45,11 @@ class Tally:
         self._last_flush = time.monotonic()
 
     def record(self, job: Job, outcome: Outcome, result: str) -> None:
-        """Count and log one settled outcome: acked, retried, dead or lost."""
+        """Count and log one settled outcome: acked, retried, snoozed, dead or lost."""
         self.instruments.outcome(job.queue, result, outcome.duration_ms)
-        stats = self.stats
-        if result == "acked":
-            stats.acked += 1
-        elif result == "retried":
-            stats.retried += 1
-        elif result == "dead":
-            stats.dead += 1
-        else:
-            stats.lost += 1
+        setattr(self.stats, result, getattr(self.stats, result) + 1)
         self._counts[(job.queue, result)] += 1
-        level = logging.INFO if result in {"acked", "retried"} else logging.WARNING
+        level = logging.INFO if result in {"acked", "retried", "snoozed"} else logging.WARNING
         logger.log(
             level,
             "job id=%s queue=%s outcome=%s attempts=%s duration_ms=%.1f%s",

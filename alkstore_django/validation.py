@@ -150,6 +150,8 @@ def validate_queue_options(opts: dict[str, Any], *, source: str = "queue option"
             checked[key] = validate_duration(key, value, allow_zero=False)
         elif key == "max_attempts":
             checked[key] = validate_max_attempts(value)
+        elif key == "max_snoozes":
+            checked[key] = validate_int(key, value, minimum=0)
         elif key == "retry_base_s":
             checked[key] = validate_duration(key, value)
         elif key == "priority":

@@ -595,13 +595,15 @@ class Worker:
             thread.join(job_wait_s if thread.name.startswith("alkstore-job") else 2.0)
         connections[self.store.using].close()
         logger.info(
-            "worker stopped worker_id=%s acked=%d retried=%d dead=%d lost=%d released=%d",
+            "worker stopped worker_id=%s acked=%d retried=%d dead=%d lost=%d released=%d "
+            "snoozed=%d",
             self.worker_id,
             self.stats.acked,
             self.stats.retried,
             self.stats.dead,
             self.stats.lost,
             self.stats.released,
+            self.stats.snoozed,
         )
 
     def _interrupt_running(self) -> None:

@@ -52,6 +52,8 @@ JOB_COLUMNS = (
     "enqueued_at",
     "generation",
     "timeout_s",
+    "snoozes",
+    "max_snoozes",
 )
 JOB_SELECT = ", ".join(JOB_COLUMNS)
 # The columns a dead letter copies from its live row (state and the claim
@@ -59,7 +61,7 @@ JOB_SELECT = ", ".join(JOB_COLUMNS)
 DEAD_COPY = (
     "id, queue, payload, priority, run_at, attempts, max_attempts, "
     "visibility_timeout_s, retry_base_s, expires_at, worker_id, enqueued_at, generation, "
-    "timeout_s"
+    "timeout_s, snoozes, max_snoozes"
 )
 DEAD_COLUMNS = DEAD_COPY + ", last_error, died_at"
 # A handle is valid while its row is still under the very claim it was given:
@@ -77,15 +79,15 @@ REQUEUE_COLUMNS = JOB_SELECT
 REQUEUE_SELECT = (
     "id, queue, payload, priority, {now}, 0, max_attempts, visibility_timeout_s, "
     "retry_base_s, CASE WHEN expires_at > {now} THEN expires_at END, 'pending', NULL, NULL, "
-    "last_error, enqueued_at, generation, timeout_s"
+    "last_error, enqueued_at, generation, timeout_s, snoozes, max_snoozes"
 )
 # What every engine's enqueue writes: the columns, then the stamps' placeholders
 # (``EnqueueStamps.stamp_params`` fills them, in this order).
 ENQUEUE_COLUMNS = (
     "queue, payload, priority, run_at, attempts, max_attempts, visibility_timeout_s, "
-    "retry_base_s, timeout_s, expires_at, state, enqueued_at"
+    "retry_base_s, timeout_s, max_snoozes, expires_at, state, enqueued_at"
 )
-STAMP_MARKS = "%s, %s, %s, %s"
+STAMP_MARKS = "%s, %s, %s, %s, %s"
 
 
 class Watcher:
@@ -311,6 +313,8 @@ class Dialect:
             enqueued_at=dt(row[14]),  # type: ignore[arg-type]
             generation=row[15],
             timeout_s=row[16],
+            snoozes=row[17],
+            max_snoozes=row[18],
         )
 
     def _rowcount(self, sql: str, params: Sequence[Any]) -> int:
@@ -359,13 +363,16 @@ class Dialect:
         *,
         delay_s: float | None,
         error: str | None,
+        snooze: bool = False,
     ) -> bool:
         """Put a claimed row back to pending.
 
         With ``delay_s`` it is a retry: due after the delay, the claim's attempt
         kept. Without, it is a release: due where it was, the attempt given back.
-        No assignment reads a column another one writes, so the statement means
-        the same on MySQL, which applies assignments left to right.
+        A snooze is due after ``delay_s`` with the attempt given back and one
+        more snooze counted. No assignment reads a column another one writes,
+        so the statement means the same on MySQL, which applies assignments
+        left to right.
         """
         now, now_params = self.now_sql()
         sets = ["state = 'pending'", "worker_id = NULL", "claim_expires_at = NULL"]
@@ -373,9 +380,11 @@ class Dialect:
         if error is not None:
             sets.append("last_error = %s")
             params.append(error)
-        if delay_s is None:
+        if delay_s is None or snooze:
             sets.append("attempts = attempts - 1")
-        else:
+        if snooze:
+            sets.append("snoozes = snoozes + 1")
+        if delay_s is not None:
             sets.append(f"run_at = {self.plus_sql(now, '%s')}")
             params += [*now_params, delay_s]
         sql = f"UPDATE {JOB_TABLE} SET {', '.join(sets)} WHERE {FENCE.format(now=now)}"

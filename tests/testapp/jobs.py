@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from alkstore_django import Fail, handler
+from alkstore_django import Fail, Snooze, handler
 
 from .models import Run
 
@@ -43,6 +43,15 @@ def fail_now(job):
 def slow(job):
     record(job)
     time.sleep(float((job.payload or {}).get("sleep_s", 1.0)))
+
+
+@handler("t.snooze")
+def snooze_until(job):
+    """Put itself off (0 s) until it has been snoozed ``times`` times, then succeed."""
+    record(job)
+    if job.snoozes < int((job.payload or {}).get("times", 0)):
+        raise Snooze(0)
+    return job.snoozes
 
 
 @handler("t.exit")
