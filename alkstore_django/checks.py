@@ -10,7 +10,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
-from .conf import SETTING_KEYS, app_settings
+from .conf import SETTING_KEYS, app_settings, load_codec
 from .errors import AlkstoreError
 from .handlers import registry
 from .validation import validate_name, validate_queue_options
@@ -162,6 +162,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 "alkstore.E009",
             )
         )
+    errors += _check_codec(raw)
     errors += _check_schedules(raw)
     if "MAX_PAYLOAD_BYTES" in raw:
         value = raw["MAX_PAYLOAD_BYTES"]
@@ -174,6 +175,38 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 )
             )
     return errors
+
+
+def _check_codec(raw: dict[str, Any]) -> list[checks.CheckMessage]:
+    """Refuse a ``PAYLOAD_CODEC`` that cannot be imported or lacks encode/decode."""
+    path = raw.get("PAYLOAD_CODEC")
+    if path is None:
+        return []
+    hint = (
+        "Name a class or instance with encode(payload) -> str and decode(value), such as "
+        "'alkstore_django.codecs.DjangoJSONCodec'."
+    )
+    if not isinstance(path, str):
+        return [
+            _error(
+                f"ALKSTORE['PAYLOAD_CODEC'] is {path!r}, not a dotted path.", hint, "alkstore.E010"
+            )
+        ]
+    try:
+        codec = load_codec(path)
+    except Exception as exc:  # noqa: BLE001 - whatever the import or constructor raised
+        return [
+            _error(
+                f"ALKSTORE['PAYLOAD_CODEC'] {path!r} cannot be loaded: {exc}", hint, "alkstore.E010"
+            )
+        ]
+    if not (callable(getattr(codec, "encode", None)) and callable(getattr(codec, "decode", None))):
+        return [
+            _error(
+                f"ALKSTORE['PAYLOAD_CODEC'] {path!r} has no encode/decode.", hint, "alkstore.E010"
+            )
+        ]
+    return []
 
 
 def _check_schedules(raw: dict[str, Any]) -> list[checks.CheckMessage]:

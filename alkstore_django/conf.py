@@ -6,15 +6,18 @@ works in tests and a site can import the package before settings are ready.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from django.conf import settings
+from django.utils.module_loading import import_string
 
 DEFAULT_DATABASE = "default"
 DEFAULT_POLL_INTERVAL_S = 5.0
 DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
 DEFAULT_SWEEP_INTERVAL_S = 60.0
+DEFAULT_PAYLOAD_CODEC = "alkstore_django.codecs.JSONCodec"
 # A worker announces itself every third of this; silent longer, it is gone.
 DEFAULT_WORKER_TTL_S = 30.0
 # The SQLite file watch: how often a worker asks PRAGMA data_version.
@@ -54,6 +57,7 @@ SETTING_KEYS = frozenset(
         "SCHEDULES",
         "WORKER_TTL_S",
         "METRICS_TOKEN",
+        "PAYLOAD_CODEC",
     }
 )
 
@@ -96,6 +100,11 @@ class AlkstoreSettings:
         return float(self.raw.get("WORKER_TTL_S", DEFAULT_WORKER_TTL_S))
 
     @property
+    def payload_codec(self) -> Any:
+        """The payload codec (``codecs.py``): ``PAYLOAD_CODEC``'s class or instance."""
+        return load_codec(self.raw.get("PAYLOAD_CODEC") or DEFAULT_PAYLOAD_CODEC)
+
+    @property
     def metrics_token(self) -> str | None:
         """The bearer token that may read ``metrics_view`` without a staff login."""
         return self.raw.get("METRICS_TOKEN") or None
@@ -107,6 +116,13 @@ class AlkstoreSettings:
     def queue_defaults(self, name: str) -> QueueOptions:
         """Return the queue's derived defaults: engine defaults overlaid by QUEUES[name]."""
         return ENGINE_DEFAULTS.overlay(self.queues.get(name, {}))
+
+
+@functools.cache
+def load_codec(path: str) -> Any:
+    """Import the codec at ``path`` once; a class is instantiated."""
+    found = import_string(path)
+    return found() if isinstance(found, type) else found
 
 
 app_settings = AlkstoreSettings()

@@ -9,6 +9,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from . import records
+from .conf import app_settings
 
 NAME_MAX_LENGTH = 200
 
@@ -29,7 +30,7 @@ def _job_record(
     return records.Job(
         id=row.pk,
         queue=row.queue,
-        payload=row.payload,
+        payload=app_settings.payload_codec.decode(row.payload),
         priority=row.priority,
         run_at=row.run_at,
         attempts=row.attempts,

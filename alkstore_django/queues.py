@@ -85,7 +85,9 @@ class Queue:
         Raises ``PayloadError`` or ``InvalidArgument`` before writing anything.
         """
         self.store.check_open()
-        encoded = encode_payload(payload, app_settings.max_payload_bytes)
+        encoded = encode_payload(
+            payload, app_settings.max_payload_bytes, app_settings.payload_codec.encode
+        )
         stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts, timeout_s)
         ids = self.store.dialect.enqueue(stamps, (encoded,))
         if job_enqueued.receivers:
@@ -112,8 +114,8 @@ class Queue:
             raise InvalidArgument(
                 f"Invalid payloads of type {type(payloads).__name__}: expected a list of payloads."
             )
-        limit = app_settings.max_payload_bytes
-        encoded = [encode_payload(payload, limit) for payload in payloads]
+        limit, to_json = app_settings.max_payload_bytes, app_settings.payload_codec.encode
+        encoded = [encode_payload(payload, limit, to_json) for payload in payloads]
         stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts, timeout_s)
         dialect = self.store.dialect
         if not encoded:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -24,7 +25,7 @@ _STRING_OR_EXPONENT_FLOAT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|(-?\d+(?:\.\d+
 # json.dumps writes U+0000 as this escape; an odd run of backslashes before it is the escape.
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 # Built once: json.dumps with any option builds a new encoder on every call.
-_to_json = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False).encode
+strict_json = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False).encode
 
 
 def is_encodable(text: str) -> bool:
@@ -163,10 +164,16 @@ def validate_queue_options(opts: dict[str, Any], *, source: str = "queue option"
     return checked
 
 
-def encode_payload(payload: Any, max_bytes: int) -> str:
-    """Return ``payload`` as compact JSON text, refusing what cannot round-trip."""
+def encode_payload(
+    payload: Any, max_bytes: int, to_json: Callable[[Any], str] = strict_json
+) -> str:
+    """Return ``payload`` as compact JSON text, refusing what cannot be stored.
+
+    ``to_json`` is the payload codec's encoder (strict JSON by default); its
+    text is held to the same rules whatever the codec.
+    """
     try:
-        text = _to_json(payload)
+        text = to_json(payload)
     except (TypeError, ValueError, RecursionError) as exc:
         raise PayloadError(
             f"Payload {_preview(payload)} cannot be encoded as JSON: {exc}."

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 from django.core import checks
 from django.db import connections
 
+from ..conf import app_settings
 from ..models import DeadJob, Job, Lock, OutcomeMinute, Schedule
 from ..records import EnqueueStamps
 from ..records import Job as JobRecord
@@ -298,7 +299,7 @@ class Dialect:
         return JobRecord(
             id=row[0],
             queue=row[1],
-            payload=self.load_json(row[2]),
+            payload=app_settings.payload_codec.decode(self.load_json(row[2])),
             priority=row[3],
             run_at=dt(row[4]),  # type: ignore[arg-type]
             attempts=row[5],
