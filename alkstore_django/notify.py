@@ -8,15 +8,19 @@ queue's channel is ``channel_for(queue)``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
+from threading import Event
 from typing import TYPE_CHECKING
 
 from .conf import app_settings
 from .dialects import Watcher
 from .errors import InvalidArgument
-from .queues import channel_for
+from .queues import Queue, channel_for
 from .records import Notification
 from .validation import is_encodable, validate_duration, validate_name
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .store import Store
@@ -77,3 +81,27 @@ def open_watcher(
     """
     alias = listen_alias or app_settings.listen_database
     return store.dialect.open_watcher(channels, queues=queues, listen_alias=alias)
+
+
+def watch_queues(store: Store, queues: Sequence[Queue], wake: Event, halt: Event) -> None:
+    """Set ``wake`` whenever something may have arrived on ``queues``, until ``halt`` is set.
+
+    The body of a worker's watcher thread. A watcher that fails is closed and
+    reopened a second later; meanwhile the worker's poll finds the jobs.
+    """
+    watcher: Watcher | None = None
+    channels = [q.channel for q in queues]
+    while not halt.is_set():
+        try:
+            if watcher is None:
+                watcher = open_watcher(store, channels, queues=[q.name for q in queues])
+            if watcher.wait(1.0):
+                wake.set()
+        except Exception:
+            logger.warning("wake-up watcher failed; relying on polling", exc_info=True)
+            if watcher is not None:
+                watcher.close()
+            watcher = None
+            halt.wait(1.0)
+    if watcher is not None:
+        watcher.close()

@@ -7,6 +7,7 @@ is the database's clock.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
@@ -14,16 +15,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import transaction
 
-from .attempts import recent_timeouts
+from .attempts import purge_orphaned_attempts, recent_timeouts
 from .conf import app_settings
 from .errors import InvalidArgument
-from .presence import live_workers
+from .presence import live_workers, purge_gone
 from .records import Job, QueueStats
 from .timing import UNIT_SECONDS
 from .validation import validate_duration, validate_int, validate_name
 
 if TYPE_CHECKING:
     from .dialects import Dialect
+    from .queues import Queue
+    from .store import Store
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 5_000
 MAX_BATCH_SIZE = 50_000
@@ -313,3 +318,28 @@ def queue_overview(*, using: str | None = None) -> list[QueueStats]:
             )
         )
     return result
+
+
+# --- upkeep --------------------------------------------------------------------------
+
+
+def sweep(store: Store, queues: Sequence[Queue]) -> None:
+    """The upkeep every worker runs on its sweep interval (``SWEEP_INTERVAL_S``).
+
+    Expired jobs of ``queues`` go to the dead letters and their dead letters
+    past retention are purged; exhausted lapsed claims of *any* queue are
+    buried (a queue whose workers are gone would keep them processing
+    forever); the history of jobs that are gone and the rows of workers long
+    silent are deleted.
+    """
+    for q in queues:
+        result = q.sweep_expired()
+        if result.expired or result.purged:
+            logger.info(
+                "swept queue=%s expired=%d purged=%d", q.name, result.expired, result.purged
+            )
+    buried = store.dialect.bury_exhausted_lapsed()
+    if buried:
+        logger.warning("buried exhausted lapsed claims count=%d (any queue)", buried)
+    purge_orphaned_attempts(store.using)
+    purge_gone(store.using)

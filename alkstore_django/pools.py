@@ -127,3 +127,17 @@ class ProcessRunner(ThreadRunner):
         if self._child is not None:
             self._child.stop()
             self._child = None
+
+
+def make_runner(
+    pool: str,
+    name: str,
+    slots: ClaimSlots,
+    *,
+    max_jobs: int | None = None,
+    max_memory_mb: float | None = None,
+) -> ThreadRunner:
+    """Return the runner of one handler slot of a ``pool`` (``threads`` or ``processes``)."""
+    if pool == "processes":
+        return ProcessRunner(name, slots, max_jobs=max_jobs, max_memory_mb=max_memory_mb)
+    return ThreadRunner(slots)

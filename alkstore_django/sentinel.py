@@ -101,7 +101,7 @@ def _wait_for_exit(parent: int) -> None:
 
 def settle_held(worker: Worker) -> dict[str, int]:
     """Settle every job ``worker``'s slots still hold; return counts by what happened."""
-    held = worker.slots.held()
+    held = worker.holdings.slots.held()
     counts: dict[str, int] = {}
     if not held:
         return counts

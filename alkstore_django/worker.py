@@ -19,18 +19,16 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from django.db import DatabaseError, connections
 
 from . import presence
-from .attempts import purge_orphaned_attempts
 from .children import KILL_GRACE_S
 from .conf import app_settings
 from .errors import InvalidArgument
 from .failures import describe, timed_out
 from .handlers import HandlerRegistry, registry
+from .holdings import Done, Held, Holdings
 from .instruments import Instruments
 from .job_runs import (
     CONNECTION_ERRORS,
@@ -40,19 +38,16 @@ from .job_runs import (
     settle,
     tidy_connections,
 )
-from .notify import Watcher, open_watcher
-from .pools import POOLS, PoolBroken, ProcessRunner, ThreadRunner
-from .queues import JobHandle, Queue
-from .slots import ClaimSlots
+from .notify import watch_queues
+from .operations import sweep
+from .pools import POOLS, PoolBroken, ProcessRunner, ThreadRunner, make_runner
+from .queues import Queue
 from .store import Store, get_store
 from .tally import Tally, WorkerStats
 from .validation import validate_worker_id
 
 logger = logging.getLogger(__name__)
 
-# A claim is renewed when a third of its visibility timeout has passed, so two
-# renewals can fail before a running job could be handed to another worker.
-HEARTBEAT_FRACTION = 1 / 3
 # Finished jobs' acks wait for the next claim (one commit for both) at most
 # this long before they are written on their own.
 ACK_LINGER_S = 0.02
@@ -67,26 +62,6 @@ INTERRUPTED = (
     "interrupted: the worker shut down while the handler was still running "
     "(it outlived the {grace_s:g} s grace period)"
 )
-
-
-@dataclass
-class Held:
-    """A job this worker holds a claim on, running or waiting for a thread."""
-
-    handle: JobHandle
-    handler: Any
-    next_heartbeat_at: float
-    slot: int
-    # When its handler started (monotonic); None while it waits for a slot.
-    started_at: float | None = None
-
-
-@dataclass
-class Done:
-    """A held job whose handler has run, and what it decided."""
-
-    held: Held
-    outcome: Outcome
 
 
 def default_worker_id() -> str:
@@ -152,7 +127,7 @@ class Worker:
         self.poll_interval_s = poll_interval_s or app_settings.poll_interval_s
         self.sweep_interval_s = sweep_interval_s or app_settings.sweep_interval_s
         self.tally = Tally(self.store.using, instruments)
-        self.slots = ClaimSlots(self.capacity)
+        self.holdings = Holdings(self.capacity)
         self.pool = pool
         self.max_jobs_per_child = max_jobs_per_child
         self.max_memory_per_child_mb = max_memory_per_child_mb
@@ -163,13 +138,11 @@ class Worker:
         self._next_limit_check = 0.0
         self._next_announce = 0.0
         self._queues: list[Queue] = []
-        self._held: dict[int, Held] = {}
         self._work: queue_module.SimpleQueue[Held | None] = queue_module.SimpleQueue()
         self._done: queue_module.SimpleQueue[Done] = queue_module.SimpleQueue()
         self._unsettled: deque[Done] = deque()
         self._acks: list[Done] = []
         self._acks_since = 0.0
-        self._next_beat = float("inf")
         self._wake = threading.Event()
         self._halt = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -197,15 +170,12 @@ class Worker:
 
     def _start_threads(self) -> None:
         for index in range(self.concurrency):
-            runner = (
-                ProcessRunner(
-                    f"{self.worker_id}/{index}",
-                    self.slots,
-                    max_jobs=self.max_jobs_per_child,
-                    max_memory_mb=self.max_memory_per_child_mb,
-                )
-                if self.pool == "processes"
-                else ThreadRunner(self.slots)
+            runner = make_runner(
+                self.pool,
+                f"{self.worker_id}/{index}",
+                self.holdings.slots,
+                max_jobs=self.max_jobs_per_child,
+                max_memory_mb=self.max_memory_per_child_mb,
             )
             self._runners.append(runner)
             thread = threading.Thread(
@@ -242,18 +212,18 @@ class Worker:
                         self._expire_overdue_runs()
                         if self.timed_out:
                             break
-                    if time.monotonic() >= self._next_beat:
-                        self._heartbeat()
+                    if time.monotonic() >= self.holdings.next_beat:
+                        self.holdings.renew_due()
                     if time.monotonic() >= self._next_announce:
                         self._announce()
                     if time.monotonic() >= next_sweep:
-                        self._sweep()
+                        sweep(self.store, self._queues)
                         next_sweep = time.monotonic() + self.sweep_interval_s
                     claimed, drained = self._fill()
                     self._flush_acks(force=drained)
                     if claimed and not drained:
                         continue
-                    if self.burst and drained and not self._held:
+                    if self.burst and drained and not self.holdings:
                         break
                     timeout = self._idle_timeout(drained)
                     self._db_failures = 0
@@ -267,10 +237,10 @@ class Worker:
         return self.stats
 
     def _idle_timeout(self, drained: bool) -> float:
-        timeout = min(self.poll_interval_s, max(self._next_beat - time.monotonic(), 0.0))
+        timeout = min(self.poll_interval_s, max(self.holdings.next_beat - time.monotonic(), 0.0))
         if self._acks:
             timeout = min(timeout, ACK_LINGER_S)
-        if drained and len(self._held) < self.capacity:
+        if drained and len(self.holdings) < self.capacity:
             due = self.store.dialect.next_due_at([q.name for q in self._queues])
             if due is not None:
                 timeout = min(timeout, due)
@@ -283,17 +253,17 @@ class Worker:
         one commit settle the finished jobs and claim the next ones.
         """
         # Jobs whose ack is waiting are finished: their slots are free.
-        free = self.capacity - len(self._held) + len(self._acks)
+        free = self.capacity - len(self.holdings) + len(self._acks)
         # Claiming one job at a time would cost a round trip per job: wait for
         # a quarter of the capacity to free up unless the worker is idle.
-        if free <= 0 or (len(self._held) > len(self._acks) and free < self._refill_at):
+        if free <= 0 or (len(self.holdings) > len(self._acks) and free < self._refill_at):
             return 0, False
         claimed = 0
         drained = True
         count = len(self._queues)
         for offset in range(count):
             q = self._queues[(self._rr + offset) % count]
-            want = self.capacity - len(self._held) + len(self._acks)
+            want = self.capacity - len(self.holdings) + len(self._acks)
             if want <= 0:
                 drained = False
                 break
@@ -314,13 +284,7 @@ class Worker:
             now = time.monotonic()
             func = self.handlers.get(q.name)
             for handle in handles:
-                job = handle.job
-                beat_at = now + job.visibility_timeout_s * HEARTBEAT_FRACTION
-                slot = self.slots.take(job.id, job.generation)
-                held = Held(handle=handle, handler=func, next_heartbeat_at=beat_at, slot=slot)
-                self._next_beat = min(self._next_beat, beat_at)
-                self._held[job.id] = held
-                self._work.put(held)
+                self._work.put(self.holdings.add(handle, func, now))
             claimed += len(handles)
         self._rr += 1
         return claimed, drained
@@ -357,27 +321,7 @@ class Worker:
                 self._wake.set()
 
     def _watch(self) -> None:
-        watcher: Watcher | None = None
-        channels = [q.channel for q in self._queues]
-        while not self._halt.is_set():
-            try:
-                if watcher is None:
-                    watcher = open_watcher(
-                        self.store,
-                        channels,
-                        app_settings.listen_database,
-                        queues=[q.name for q in self._queues],
-                    )
-                if watcher.wait(1.0):
-                    self._wake.set()
-            except Exception:
-                logger.warning("wake-up watcher failed; relying on polling", exc_info=True)
-                if watcher is not None:
-                    watcher.close()
-                watcher = None
-                self._halt.wait(1.0)
-        if watcher is not None:
-            watcher.close()
+        watch_queues(self.store, self._queues, self._wake, self._halt)
         tidy_connections(connections.close_all)
 
     # --- settling outcomes -------------------------------------------------------------
@@ -405,7 +349,7 @@ class Worker:
                 self._release(done.held)
             else:
                 result = settle(done.held.handle, done.outcome, done.held.handler, self.store.using)
-                self._forget(done.held)
+                self.holdings.forget(done.held)
                 self.tally.record(done.held.handle.job, done.outcome, result)
             self._unsettled.popleft()
         if self.tally.flush_due():
@@ -433,19 +377,10 @@ class Worker:
         for done in acks:
             handle = done.held.handle
             handle.mark_spent()
-            self._forget(done.held)
+            self.holdings.forget(done.held)
             result = "acked" if handle.job.id in acked else "lost"
             self.tally.record(handle.job, done.outcome, result)
             finished(handle.job, done.outcome, result)
-
-    def _forget(self, held: Held, *, reuse_slot: bool = True) -> None:
-        """Drop a held job whose outcome is durable (or whose claim is gone).
-
-        The slot of a run abandoned in a stuck thread is not reused: that
-        thread may still mark it when (if) its handler returns.
-        """
-        if self._held.pop(held.handle.job.id, None) is not None and reuse_slot:
-            self.slots.free(held.slot)
 
     def _expire_overdue_runs(self) -> None:
         """Thread pool: fail each run past its time limit; a stuck thread stops the worker.
@@ -457,13 +392,12 @@ class Worker:
         """
         now = time.monotonic()
         self._next_limit_check = now + LIMIT_CHECK_S
-        for held in list(self._held.values()):
+        for held in self.holdings.past_time_limit(now):
             limit = held.handle.job.timeout_s
-            if limit is None or held.started_at is None or now - held.started_at < limit:
-                continue
+            assert limit is not None
             outcome = Outcome("retry", error=timed_out(limit))
             result = settle(held.handle, outcome, held.handler, self.store.using)
-            self._forget(held, reuse_slot=False)
+            self.holdings.forget(held, reuse_slot=False)
             self.tally.record(held.handle.job, outcome, result)
             logger.error(
                 "handler timed out id=%s queue=%s after %gs: a thread cannot be stopped, so "
@@ -476,29 +410,7 @@ class Worker:
             )
             self.timed_out = True
 
-    # --- keeping claims alive -------------------------------------------------------------
-
-    def _heartbeat(self) -> None:
-        now = time.monotonic()
-        self._next_beat = float("inf")
-        for held in list(self._held.values()):
-            if held.handle.spent:
-                continue
-            if held.next_heartbeat_at > now:
-                self._next_beat = min(self._next_beat, held.next_heartbeat_at)
-                continue
-            vt = held.handle.job.visibility_timeout_s
-            held.next_heartbeat_at = now + vt * HEARTBEAT_FRACTION
-            if not held.handle.heartbeat(vt):
-                logger.warning(
-                    "claim lost id=%s queue=%s attempts=%s: another worker may run it",
-                    held.handle.job.id,
-                    held.handle.job.queue,
-                    held.handle.job.attempts,
-                )
-                # Stop renewing; the handler's outcome will be logged as lost.
-                held.next_heartbeat_at = float("inf")
-            self._next_beat = min(self._next_beat, held.next_heartbeat_at)
+    # --- upkeep ---------------------------------------------------------------------------
 
     def _announce(self) -> None:
         """Tell the live-worker list this worker is alive, with its counts so far."""
@@ -512,20 +424,6 @@ class Worker:
             concurrency=self.concurrency,
             counts=(stats.acked, stats.retried, stats.dead),
         )
-
-    def _sweep(self) -> None:
-        for q in self._queues:
-            result = q.sweep_expired()
-            if result.expired or result.purged:
-                logger.info(
-                    "swept queue=%s expired=%d purged=%d", q.name, result.expired, result.purged
-                )
-        # A queue whose workers are gone would otherwise keep these processing forever.
-        buried = self.store.dialect.bury_exhausted_lapsed()
-        if buried:
-            logger.warning("buried exhausted lapsed claims count=%d (any queue)", buried)
-        purge_orphaned_attempts(self.store.using)
-        presence.purge_gone(self.store.using)
 
     def _database_error(self, exc: DatabaseError) -> None:
         """Back off and reconnect; only a connection-level error is an outage."""
@@ -561,11 +459,11 @@ class Worker:
         for held in not_started:
             self._release(held)
         deadline = time.monotonic() + self.grace_s
-        while self._held and time.monotonic() < deadline:
+        while self.holdings and time.monotonic() < deadline:
             try:
                 self._settle()
                 self._flush_acks(force=True)
-                self._heartbeat()
+                self.holdings.renew_due()
             except DatabaseError as exc:
                 self._database_error(exc)
             self._wake.wait(min(0.1, max(deadline - time.monotonic(), 0.0)))
@@ -616,11 +514,11 @@ class Worker:
         """
         finished = {d.held.handle.job.id for d in [*self._acks, *self._unsettled]}
         interrupted = Outcome("retry", error=INTERRUPTED.format(grace_s=self.grace_s))
-        for held in list(self._held.values()):
+        for held in self.holdings:
             if held.handle.job.id in finished:
                 continue
             result = settle(held.handle, interrupted, held.handler, self.store.using)
-            self._forget(held)
+            self.holdings.forget(held)
             self.tally.record(held.handle.job, interrupted, result)
 
     def running_threads(self) -> int:
@@ -633,7 +531,7 @@ class Worker:
         except DatabaseError:
             logger.warning("could not release id=%s; its claim will lapse", held.handle.job.id)
             return
-        self._forget(held)
+        self.holdings.forget(held)
         if released:
             self.stats.released += 1
             logger.info(
