@@ -109,3 +109,29 @@ def wait_for(predicate: Callable[[], object], timeout: float = 20.0, interval: f
             return value
         time.sleep(interval)
     return predicate()
+
+
+def runworker(env, *args, wait=True, timeout=90, new_session=False):
+    """Run ``manage.py runworker *args`` on the test database as a real subprocess.
+
+    With ``wait`` return (exit code, output text); otherwise the running
+    ``Popen`` (output on a pipe). ``new_session`` makes it a process group
+    leader, so a test can signal the worker and its sentinel together.
+    """
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "django", "runworker", "--settings", "tests.settings", *args]
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=new_session,
+    )
+    if not wait:
+        return proc
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out

@@ -18,21 +18,10 @@ import pytest
 
 from alkstore_django import store
 from alkstore_django.models import DeadJob, Job
-from tests.helpers import wait_for
+from tests.helpers import runworker, wait_for
 from tests.testapp.models import Run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
-
-
-def runworker(env, *args, wait=True, timeout=90):
-    cmd = [sys.executable, "-m", "django", "runworker", "--settings", "tests.settings", *args]
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    if not wait:
-        return proc
-    out, _ = proc.communicate(timeout=timeout)
-    return proc.returncode, out
 
 
 def pids_of(ids):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -15,21 +13,10 @@ from django.db import connection
 from alkstore_django import store
 from alkstore_django.models import DeadJob, Job
 from tests.conftest import postgres_only
-from tests.helpers import wait_for
+from tests.helpers import runworker, wait_for
 from tests.testapp.models import Run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
-
-
-def runworker(env, *args, wait=True, timeout=60):
-    cmd = [sys.executable, "-m", "django", "runworker", "--settings", "tests.settings", *args]
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    if wait:
-        out, _ = proc.communicate(timeout=timeout)
-        return proc.returncode, out
-    return proc
 
 
 def test_runworker__three_processes_drain_2000_jobs_each_exactly_once(subprocess_env):
@@ -121,14 +108,8 @@ def test_sigkill__the_sentinel_fails_running_jobs_and_releases_prefetched_ones(s
 def test_sigkill_of_the_whole_process_group__claims_lapse_and_are_reclaimed(subprocess_env):
     """Without its sentinel the database cannot tell running from prefetched: each spends one."""
     ids = store.queue("t.slow", visibility_timeout_s=1).enqueue_many([{"sleep_s": 30}] * 3)
-    cmd = [sys.executable, "-m", "django", "runworker", "--settings", "tests.settings"]
-    proc = subprocess.Popen(
-        [*cmd, "--queue", "t.slow", "--concurrency", "3"],
-        env=subprocess_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
+    proc = runworker(
+        subprocess_env, "--queue", "t.slow", "--concurrency", "3", wait=False, new_session=True
     )
     assert wait_for(lambda: Run.objects.count() == 3)
     os.killpg(proc.pid, signal.SIGKILL)
@@ -200,14 +181,8 @@ def test_autoreload__a_code_change_restarts_the_worker_which_lets_its_jobs_go_fi
     from pathlib import Path
 
     watched = Path(__file__).resolve().parent.parent / "testapp" / "pool_jobs.py"
-    cmd = [sys.executable, "-m", "django", "runworker", "--settings", "tests.settings"]
-    proc = subprocess.Popen(
-        [*cmd, "--queue", "t.record", "--autoreload"],
-        env=subprocess_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
+    proc = runworker(
+        subprocess_env, "--queue", "t.record", "--autoreload", wait=False, new_session=True
     )
     try:
         first = store.queue("t.record").enqueue("before")

@@ -9,8 +9,6 @@ that never started, and the stored error is bounded and readable.
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 
 import django
@@ -19,19 +17,10 @@ import pytest
 from alkstore_django import operations, store
 from alkstore_django.failures import MAX_ERROR_CHARS
 from alkstore_django.models import DeadJob, Job
-from tests.helpers import lapse_claim, make_due, wait_for
+from tests.helpers import lapse_claim, make_due, runworker, wait_for
 from tests.testapp.models import Run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
-
-
-def runworker(env, *args, wait=True, timeout=90):
-    cmd = [sys.executable, "-m", "django", "runworker", "--settings", "tests.settings", *args]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    if not wait:
-        return proc
-    out, _ = proc.communicate(timeout=timeout)
-    return proc.returncode, out.decode("utf-8", "replace")
 
 
 def with_innocents(env, queue, payload=None, **opts):

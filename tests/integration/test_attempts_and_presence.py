@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,7 +15,7 @@ from alkstore_django.attempts import attempts_of, purge_orphaned_attempts
 from alkstore_django.models import Attempt, LiveWorker
 from alkstore_django.testing import run_ready_jobs
 from alkstore_django.worker import Worker
-from tests.helpers import make_due, wait_for
+from tests.helpers import make_due, runworker, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,17 +69,12 @@ def test_live_workers__a_running_worker_is_listed_with_its_counts_and_leaves_on_
 
 
 def test_live_workers__one_sigkilled_with_its_sentinel_is_gone_after_its_ttl(subprocess_env):
-    cmd = [sys.executable, "-m", "django", "runworker", "--settings", "tests.settings"]
-    proc = subprocess.Popen(
-        [*cmd, "--queue", "t.record", "--worker-id", "doomed"],
-        env=subprocess_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+    proc = runworker(
+        subprocess_env, "--queue", "t.record", "--worker-id", "doomed", wait=False, new_session=True
     )
     assert wait_for(lambda: LiveWorker.objects.filter(worker_id="doomed").exists())
     os.killpg(proc.pid, signal.SIGKILL)  # the worker and its sentinel: nobody says goodbye
-    proc.wait(10)
+    proc.communicate(timeout=10)
     assert LiveWorker.objects.filter(worker_id="doomed").exists()
     with override_settings(ALKSTORE={"WORKER_TTL_S": 1.0}):
         time.sleep(1.2)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -19,7 +17,7 @@ from alkstore_django.models import DeadJob
 from alkstore_django.tasks import TaskLost
 from alkstore_django.testing import run_ready_tasks
 from alkstore_django.worker import Worker
-from tests.helpers import lapse_claim, make_due, wait_for
+from tests.helpers import lapse_claim, make_due, runworker, wait_for
 from tests.testapp import tasks
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
@@ -55,17 +53,8 @@ def test_worker__runs_tasks_and_writes_results_in_the_outcome_transaction():
 
 def start_worker_and_kill_mid_task(subprocess_env, result, queue, marker, *, whole_group=True):
     """SIGKILL the worker mid-task: with its sentinel (which settles) or the whole group."""
-    cmd = [
-        sys.executable, "-m", "django", "runworker",
-        "--settings", "tests.settings", "--queue", queue, "--concurrency", "1",
-    ]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd,
-        env=subprocess_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
+    proc = runworker(
+        subprocess_env, "--queue", queue, "--concurrency", "1", wait=False, new_session=True
     )
     try:
         assert wait_for(marker.exists, timeout=30.0), "the worker never started the task"
