@@ -1,4 +1,4 @@
-"""The worker: claim in batches, run handlers on threads, settle outcomes in batches.
+"""The worker: claim in batches, run handlers on threads or in child processes, settle outcomes.
 
 One main thread owns the worker's own database traffic (claims, acks,
 heartbeats, sweeps) on one persistent connection, whatever ``CONN_MAX_AGE``
@@ -77,8 +77,8 @@ class Worker:
     attempt given back); running ones get ``grace_s`` to finish. A job still
     running after that is never handed back at the same attempt: its attempt
     is recorded as interrupted and it is retried with backoff, as the next
-    attempt. ``slots`` records what is held for the worker's sentinel
-    process (``sentinel.py``).
+    attempt. ``holdings`` records what is held, in memory the worker's
+    sentinel process reads if the worker dies (``sentinel.py``).
 
     ``pool`` is where handlers run: ``threads`` (the default) or
     ``processes`` (one child process per concurrency slot, replaced after
