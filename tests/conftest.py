@@ -146,12 +146,18 @@ def empty_database_url(tmp_path, django_db_blocker) -> Iterator[str]:
         return
     name = f"{connection.settings_dict['NAME']}_empty"
     quoted = connection.ops.quote_name(name)
+    # PgBouncer keeps its server connection to the database after the
+    # subprocess under test has gone, so a plain DROP would find it "being
+    # accessed by other users"; FORCE (PostgreSQL 13+) ends such sessions.
+    drop = f"DROP DATABASE IF EXISTS {quoted}"
+    if VENDOR == "postgresql":
+        drop += " WITH (FORCE)"
     # The server-level cursor Django itself creates test databases with.
     with django_db_blocker.unblock(), connection._nodb_cursor() as cursor:
-        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
+        cursor.execute(drop)
         cursor.execute(f"CREATE DATABASE {quoted}")
     try:
         yield database_url().rsplit("/", 1)[0] + f"/{name}"
     finally:
         with django_db_blocker.unblock(), connection._nodb_cursor() as cursor:
-            cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
+            cursor.execute(drop)
