@@ -1,7 +1,8 @@
 """End to end in a real browser: log in, read the overview, requeue a dead letter, see it run.
 
-Also: delete dead letters through the confirmation page, and the task-results
-list fits a 1400 px window.
+Also: delete dead letters through the confirmation page, watch the worker on the
+live-workers page, pause a schedule, and the task-results list fits a 1400 px
+window.
 
 Debian's ``chromium`` is driven by Playwright for Python (Playwright cannot
 download its own browser here). The test is skipped, with the reason, only
@@ -26,7 +27,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from alkstore_django import store
-from alkstore_django.models import DeadJob, Job, OutcomeMinute, TaskResult, TaskStatus
+from alkstore_django.models import DeadJob, Job, OutcomeMinute, Schedule, TaskResult, TaskStatus
 from tests.factories import DeadJobFactory, LockFactory, ScheduleFactory
 from tests.helpers import lapse_claim
 from tests.testapp.models import Run
@@ -154,6 +155,8 @@ def test_operator_requeues_a_dead_letter_and_a_worker_runs_it(
     assert (run.queue, run.attempt) == (QUEUE, 1)
     assert not Job.objects.filter(id=dead_id).exists()
     assert DeadJob.objects.filter(queue="emails").count() == 13 - 2  # two deleted
+    assert not Schedule.objects.get(name="nightly-digest").enabled
+    assert Schedule.objects.get(name="cleanup").enabled
 
 
 def drive(
@@ -214,20 +217,47 @@ def drive(
     page.goto(f"{base}/admin/alkstore_django/job/")
     page.screenshot(path=str(screenshots / "live-jobs.png"))
 
-    worker = subprocess.run(
-        [*python, "-m", "django", "runworker", "--queue", QUEUE, "--burst"],
+    # A worker runs the requeued job and stays up: the overview counts it as a
+    # consumer and the live-workers page lists it with what it has done.
+    worker = subprocess.Popen(
+        [*python, "-m", "django", "runworker", "--queue", QUEUE],
         env=env,
-        capture_output=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=60,
     )
-    assert worker.returncode == 0, worker.stderr
+    try:
+        page.goto(f"{base}/admin/alkstore_django/liveworker/")
+        listed = page.locator(f'#result_list td.field-pid:text-is("{worker.pid}")')
+        for _ in range(60):
+            page.reload()
+            acked = page.locator("#result_list td.field-acked")
+            if listed.count() and acked.first.inner_text() == "1":
+                break
+            page.wait_for_timeout(250)
+        else:
+            raise AssertionError(f"worker {worker.pid} never listed with one job acked")
+        assert QUEUE in page.locator("#result_list td.field-queue_names").first.inner_text()
+        page.screenshot(path=str(screenshots / "live-workers.png"))
 
-    page.goto(f"{base}/admin/alkstore_django/deadjob/overview/")
-    row = page.locator(f'tr[data-queue="{QUEUE}"] td')
-    assert [row.nth(i).inner_text() for i in range(5)] == ["0", "0", "0", "0", "0"]
-    page.screenshot(path=str(screenshots / "overview-after.png"), full_page=True)
+        page.goto(f"{base}/admin/alkstore_django/deadjob/overview/")
+        row = page.locator(f'tr[data-queue="{QUEUE}"] td')
+        assert [row.nth(i).inner_text() for i in range(5)] == ["0", "0", "0", "0", "0"]
+        page.screenshot(path=str(screenshots / "overview-after.png"), full_page=True)
+    finally:
+        worker.terminate()
+        _, stderr = worker.communicate(timeout=30)
+    assert worker.returncode == 0, stderr
+
+    # Pausing a schedule: the admin action, its message, and the paused row.
     page.goto(f"{base}/admin/alkstore_django/schedule/")
+    page.locator("#result_list tr", has_text="nightly-digest").locator(
+        'input[name="_selected_action"]'
+    ).check()
+    page.select_option("select[name=action]", "disable")
+    page.click("button[name=index]")
+    page.wait_for_selector("ul.messagelist")
+    assert "Disabled 1 schedule(s)." in page.locator("ul.messagelist").inner_text()
     page.screenshot(path=str(screenshots / "schedules.png"))
     page.goto(f"{base}/admin/alkstore_django/lock/")
     page.screenshot(path=str(screenshots / "locks.png"))
