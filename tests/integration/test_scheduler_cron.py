@@ -130,7 +130,9 @@ def test_misfire__after_a_three_hour_outage_a_standby_fires_by_policy(policy):
         assert fired == boundaries(spec, first, row.last_fired_at, 64)
         assert len(fired) >= 36
     elif policy == "latest":
-        assert fired == [spec.latest_at_or_before(row.last_fired_at)]
+        # One fire for the outage (a real boundary may follow if one passed meanwhile).
+        assert fired[-1] == spec.latest_at_or_before(row.last_fired_at)
+        assert len(fired) == 1 or fired == [fired[1] - timedelta(minutes=5), fired[1]]
     else:
         # Nothing from the outage; at most a boundary that was on time.
         assert len(fired) <= 1
