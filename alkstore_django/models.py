@@ -248,6 +248,7 @@ class Schedule(models.Model):
             last_fired_at=self.last_fired_at,
             last_error=self.last_error,
             last_error_at=self.last_error_at,
+            refused_from=self.refused_from,
             created_at=self.created_at,
             updated_at=self.updated_at,
         )

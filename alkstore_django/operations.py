@@ -19,7 +19,7 @@ from .attempts import purge_orphaned_attempts, recent_timeouts
 from .conf import app_settings
 from .errors import InvalidArgument
 from .presence import live_workers, purge_gone
-from .records import Job, QueueStats
+from .records import Job, QueueStats, Schedule
 from .specs import parse_spec
 from .timing import UNIT_SECONDS
 from .validation import validate_duration, validate_int, validate_name
@@ -287,6 +287,13 @@ def set_schedules_enabled(ids: Iterable[int], enabled: bool, *, using: str | Non
                 updates["refused_from"] = None
             changed += Schedule.objects.using(alias).filter(pk=row.pk).update(**updates)
     return changed
+
+
+def list_schedules(*, using: str | None = None) -> list[Schedule]:
+    """Return every schedule as stored, by name (paused and refused ones included)."""
+    from .models import Schedule as ScheduleRow
+
+    return [row.to_record() for row in ScheduleRow.objects.using(_alias(using)).order_by("name")]
 
 
 # --- the overview ------------------------------------------------------------------

@@ -98,6 +98,7 @@ class Schedule:
     last_fired_at: datetime | None
     last_error: str | None
     last_error_at: datetime | None
+    refused_from: datetime | None  # the oldest boundary held due by a refused fire
     created_at: datetime
     updated_at: datetime
 
