@@ -61,7 +61,7 @@ class ScheduleForm(forms.ModelForm):
         }
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or {}
         zone = data.get("zone") or default_zone()
         checks = [
             ("name", lambda: validate_name("schedule", data.get("name"))),
