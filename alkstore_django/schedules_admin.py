@@ -206,17 +206,18 @@ class ScheduleAdmin(AlkstoreModelAdmin):
 
     @admin.action(description="Resume selected schedules", permissions=["toggle"])
     def enable(self, request: HttpRequest, queryset: QuerySet) -> None:
-        rows = list(queryset.filter(enabled=False))
-        changed = operations.set_schedules_enabled([r.pk for r in rows], True, using=queryset.db)
-        self.log_action(request, rows, "Resumed.")
-        self.message_user(request, f"Resumed {changed} schedule(s).")
+        self._toggle(request, queryset, True, "Resumed")
 
     @admin.action(description="Pause selected schedules", permissions=["toggle"])
     def disable(self, request: HttpRequest, queryset: QuerySet) -> None:
-        rows = list(queryset.filter(enabled=True))
-        changed = operations.set_schedules_enabled([r.pk for r in rows], False, using=queryset.db)
-        self.log_action(request, rows, "Paused.")
-        self.message_user(request, f"Paused {changed} schedule(s).")
+        self._toggle(request, queryset, False, "Paused")
+
+    def _toggle(self, request: HttpRequest, queryset: QuerySet, enabled: bool, verb: str) -> None:
+        """Pause or resume through ``operations``, with a History entry per schedule changed."""
+        rows = list(queryset.filter(enabled=not enabled))
+        changed = operations.set_schedules_enabled([r.pk for r in rows], enabled, using=queryset.db)
+        self.log_action(request, rows, f"{verb}.")
+        self.message_user(request, f"{verb} {changed} schedule(s).")
 
 
 admin.site.register(Schedule, ScheduleAdmin)
