@@ -38,7 +38,7 @@ from .admin_base import pre as _pre
 from .attempts import attempts_of
 from .conf import app_settings
 from .display import error_summary, format_age, format_timestamp, outcome_chart
-from .models import DeadJob, Job, JobState, Lock, QueueOverview, Schedule
+from .models import DeadJob, Job, JobState, Lock, QueueOverview
 from .outcomes import recent_outcomes
 
 CHART_MINUTES = 60
@@ -352,30 +352,6 @@ class JobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
         self.message_user(request, f"Cancelled {cancelled} job(s).")
 
 
-@admin.register(Schedule)
-class ScheduleAdmin(AlkstoreModelAdmin):
-    list_display = ("name", "spec", "queue", "enabled", "next_run_at", "last_fired_at")
-    list_filter = ("enabled", "queue")
-    search_fields = ("name", "queue")
-    ordering = ("name",)
-    actions = ["enable", "disable"]
-
-    def has_toggle_permission(self, request: HttpRequest) -> bool:
-        return _has_perm(request, self.opts, "change")
-
-    @admin.action(description="Enable (resume) selected schedules", permissions=["toggle"])
-    def enable(self, request: HttpRequest, queryset: QuerySet) -> None:
-        ids = list(queryset.values_list("pk", flat=True))
-        changed = operations.set_schedules_enabled(ids, True, using=queryset.db)
-        self.message_user(request, f"Enabled {changed} schedule(s).")
-
-    @admin.action(description="Disable (pause) selected schedules", permissions=["toggle"])
-    def disable(self, request: HttpRequest, queryset: QuerySet) -> None:
-        ids = list(queryset.values_list("pk", flat=True))
-        changed = operations.set_schedules_enabled(ids, False, using=queryset.db)
-        self.message_user(request, f"Disabled {changed} schedule(s).")
-
-
 @admin.register(Lock)
 class LockAdmin(AlkstoreModelAdmin):
     list_display = ("name", "owner", "fence", "acquired_at", "expires_at", "lease")
@@ -402,5 +378,6 @@ class LockAdmin(AlkstoreModelAdmin):
         return "held"
 
 
-# Django Tasks results and the live workers, next to the jobs (in modules of their own).
-from . import tasks_admin, workers_admin  # noqa: E402, F401
+# Django Tasks results, the live workers and the schedules, next to the jobs (in modules
+# of their own).
+from . import schedules_admin, tasks_admin, workers_admin  # noqa: E402, F401

@@ -28,7 +28,11 @@ class InvalidArgument(AlkstoreError):
 
 
 class InvalidSpec(AlkstoreError):
-    """A schedule spec is not of the form '@every <n><unit>' with unit s, m, h or d."""
+    """A schedule spec, zone or misfire policy is not one of the documented forms.
+
+    Specs: '@every <n><unit>' (unit s, m, h or d), '@cron <5 or 6 fields>' or
+    '@cron @hourly' and the other shorthands.
+    """
 
 
 class PayloadError(AlkstoreError):

@@ -19,7 +19,8 @@ from .attempts import purge_orphaned_attempts, recent_timeouts
 from .conf import app_settings
 from .errors import InvalidArgument
 from .presence import live_workers, purge_gone
-from .records import Job, QueueStats
+from .records import Job, QueueStats, Schedule
+from .specs import parse_spec
 from .timing import UNIT_SECONDS
 from .validation import validate_duration, validate_int, validate_name
 
@@ -265,13 +266,34 @@ def set_schedules_enabled(ids: Iterable[int], enabled: bool, *, using: str | Non
     """Resume (``enabled=True``) or pause schedules by id; return how many changed.
 
     A paused schedule does not fire. Resuming moves a next run that passed
-    while paused to the schedule's first boundary after now: missed fires are
-    skipped, not replayed.
+    while paused to the schedule's first boundary after now, computed by the
+    spec value (not in SQL), and drops a held refusal (the operator acted):
+    missed fires are skipped, not replayed.
     """
+    from .models import Schedule
+
     selected = _ids(ids)
     if not selected:
         return 0
-    return _dialect(using).set_schedules_enabled(selected, bool(enabled))
+    alias, sql = _alias(using), _dialect(using)
+    changed = 0
+    with sql.write_transaction():
+        now = sql.database_now()
+        rows = Schedule.objects.using(alias).select_for_update()
+        for row in rows.filter(pk__in=selected, enabled=not enabled):
+            updates: dict[str, Any] = {"enabled": bool(enabled), "updated_at": now}
+            if enabled and (row.next_run_at <= now or row.refused_from is not None):
+                updates["next_run_at"] = parse_spec(row.spec, row.zone).next_after(now)
+                updates["refused_from"] = None
+            changed += Schedule.objects.using(alias).filter(pk=row.pk).update(**updates)
+    return changed
+
+
+def list_schedules(*, using: str | None = None) -> list[Schedule]:
+    """Return every schedule as stored, by name (paused and refused ones included)."""
+    from .models import Schedule as ScheduleRow
+
+    return [row.to_record() for row in ScheduleRow.objects.using(_alias(using)).order_by("name")]
 
 
 # --- the overview ------------------------------------------------------------------

@@ -82,7 +82,9 @@ class Schedule:
 
     name: str
     spec: str
-    interval_s: int
+    interval_s: int | None  # @every's interval; None for a cron
+    zone: str
+    misfire: str
     queue: str
     payload: Any
     priority: int
@@ -91,8 +93,12 @@ class Schedule:
     retry_base_s: float
     expires_s: float | None
     enabled: bool
+    declared: bool
     next_run_at: datetime
     last_fired_at: datetime | None
+    last_error: str | None
+    last_error_at: datetime | None
+    refused_from: datetime | None  # the oldest boundary held due by a refused fire
     created_at: datetime
     updated_at: datetime
 

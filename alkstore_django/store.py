@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .locks import LockHandle
     from .outbox import Outbox
     from .records import Job, Notification, Schedule
+    from .scheduler import Fire
 
 
 class Store:
@@ -124,11 +125,16 @@ class Store:
         priority: int | None = None,
         max_attempts: int | None = None,
         expires_s: float | None = None,
+        zone: str | None = None,
+        misfire: str = "all",
     ) -> Schedule:
         """Register (upsert by name) a schedule and return it as stored.
 
-        ``spec`` is exactly ``@every <n><unit>`` (unit s, m, h or d); anything
-        else raises ``InvalidSpec`` before any database access. See
+        ``spec`` is ``@every <n><unit>`` (unit s, m, h or d), ``@cron <5 or 6
+        fields>`` or ``@cron @daily`` (and the other shorthands), read in
+        ``zone`` (an IANA name; ``settings.TIME_ZONE`` by default).
+        ``misfire`` is ``all``, ``latest`` or ``skip``. Anything else raises
+        ``InvalidSpec`` before any database access. See
         ``alkstore_django.scheduler.schedule``.
         """
         from . import scheduler
@@ -142,7 +148,18 @@ class Store:
             priority=priority,
             max_attempts=max_attempts,
             expires_s=expires_s,
+            zone=zone,
+            misfire=misfire,
         )
+
+    def fired_for(self, job_id: int | str) -> Fire | None:
+        """Return the schedule and boundary a job was fired for; None for an unscheduled job.
+
+        See ``alkstore_django.scheduler.fired_for``.
+        """
+        from . import scheduler
+
+        return scheduler.fired_for(self, job_id)
 
     def unschedule(self, name: str) -> bool:
         """Delete the schedule ``name``; False when there is none."""

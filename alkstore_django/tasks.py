@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,6 +39,7 @@ from .handlers import registry
 from .models import DeadJob, TaskStatus
 from .models import Job as JobRow
 from .models import TaskResult as TaskResultRow
+from .records import Schedule
 from .store import Store, get_store
 from .validation import encode_payload, validate_duration, validate_name
 
@@ -367,6 +368,60 @@ def _parse_id(result_id: Any) -> int:
     if not 0 < job_id <= MAX_JOB_ID:
         raise TaskResultDoesNotExist(f"No task result with id {result_id!r}.")
     return job_id
+
+
+def schedule_task(
+    name: str,
+    task: Task,
+    spec: str,
+    *,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    zone: str | None = None,
+    misfire: str = "all",
+) -> Schedule:
+    """Register (upsert by name) a schedule that enqueues ``task`` at each boundary.
+
+    The schedule's payload is exactly what ``task.enqueue(*args, **kwargs)``
+    writes, on ``task.queue_name`` with its priority and attempts, so each
+    fire is an ordinary Tasks job: its result id is the job id and a
+    ``takes_context`` task reads its boundary with
+    ``store.fired_for(context.task_result.id)``. A schedule carries no
+    ``run_after`` and no time limit of its own: the fired job takes the
+    queue's ``timeout_s``, so a task whose ``timeout_s`` differs is refused
+    here rather than run under another limit.
+    """
+    backend = task.get_backend()
+    if not isinstance(backend, AlkstoreBackend):
+        raise InvalidTask(
+            f"Task {task.module_path!r} uses backend {task.backend!r}, which is not an "
+            "AlkstoreBackend: only alkstore tasks can be scheduled."
+        )
+    backend.validate_task(task)
+    timeout_s = getattr(task, "timeout_s", None) or backend.timeout_s
+    queue_timeout_s = app_settings.queue_defaults(task.queue_name).timeout_s
+    if timeout_s is not None and timeout_s != queue_timeout_s:
+        raise InvalidTask(
+            f"Task {task.module_path!r} has timeout_s {timeout_s!r} but queue "
+            f"{task.queue_name!r} stamps {queue_timeout_s!r}: a scheduled job takes the "
+            f"queue's; set ALKSTORE['QUEUES'][{task.queue_name!r}]['timeout_s']."
+        )
+    call = TaskCall(
+        path=task.module_path,
+        args=json_roundtrip(list(args)),
+        kwargs=json_roundtrip(dict(kwargs or {})),
+        backend=backend.alias,
+    )
+    return backend.store.schedule(
+        name,
+        spec,
+        task.queue_name,
+        call.to_payload(),
+        priority=task.priority,
+        max_attempts=getattr(task, "max_attempts", None) or backend.max_attempts,
+        zone=zone,
+        misfire=misfire,
+    )
 
 
 def rebuild_task(call: TaskCall, source: Any) -> Task:

@@ -1,42 +1,12 @@
-"""Pure time arithmetic: the schedule spec grammar, epoch boundaries, backoff."""
+"""Pure time arithmetic: duration units and retry backoff (schedule specs are in ``specs.py``)."""
 
 from __future__ import annotations
 
 import math
 import random
-import re
-
-from .errors import InvalidSpec
 
 BACKOFF_CAP_S = 3600
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
-# Exactly '@every <n><unit>': one space, a positive integer without sign or
-# leading zeros, one unit letter; nothing before or after.
-_SPEC_RE = re.compile(r"@every ([1-9][0-9]{0,9})([smhd])")
-MAX_INTERVAL_S = 366 * 86_400 * 100
-
-
-def parse_spec(spec: object) -> int:
-    """Return the interval in seconds of an ``@every <n><unit>`` spec.
-
-    Raises ``InvalidSpec`` for anything else (cron strings, ``@daily``, zero,
-    fractions, a missing unit, extra spaces), before any database access.
-    """
-    match = _SPEC_RE.fullmatch(spec) if isinstance(spec, str) else None
-    if match is None:
-        raise InvalidSpec(
-            f"Invalid schedule spec {spec!r}: expected '@every <n><unit>' with n a "
-            "positive integer and unit s, m, h or d."
-        )
-    interval_s = int(match.group(1)) * UNIT_SECONDS[match.group(2)]
-    if interval_s > MAX_INTERVAL_S:
-        raise InvalidSpec(f"Invalid schedule spec {spec!r}: the interval exceeds 100 years.")
-    return interval_s
-
-
-def next_boundary_s(after_s: float, interval_s: int) -> int:
-    """Return the first multiple of ``interval_s`` since the epoch strictly after ``after_s``."""
-    return (math.floor(after_s) // interval_s + 1) * interval_s
 
 
 def backoff_s(attempt: int, retry_base_s: float, rng: random.Random | None = None) -> int:

@@ -175,10 +175,6 @@ class Dialect:
         """Return the placeholder for one JSON-text parameter."""
         return "%s"
 
-    def next_boundary_sql(self, now: str) -> str:
-        """Return SQL for each schedule's first ``interval_s`` boundary after ``now``."""
-        raise NotImplementedError
-
     def open_watcher(
         self,
         channels: Sequence[str],
@@ -272,9 +268,11 @@ class Dialect:
     def upsert_schedule(self, values: dict[str, Any], next_run_at: datetime) -> None:
         """Insert or update the schedule ``values["name"]`` in one statement.
 
-        ``values`` holds name, spec, interval_s, queue, payload (JSON text) and
-        the resolved stamps. An unchanged spec keeps the stored ``next_run_at``;
-        a changed one takes ``next_run_at``. ``enabled`` survives re-registration.
+        ``values`` holds name, spec, interval_s, zone, misfire, queue, payload
+        (JSON text), the resolved stamps and ``declared``. An unchanged spec
+        and zone keep the stored ``next_run_at`` and ``refused_from``; a changed
+        one takes ``next_run_at`` and drops the refusal. ``enabled`` survives
+        re-registration; ``admin_edited_at`` is cleared (settings or code win).
         """
         raise NotImplementedError
 
@@ -494,10 +492,6 @@ class Dialect:
 
     # --- operators (standard SQL in operators.OperatorDialect) -----------------------------
 
-    def set_schedules_enabled(self, ids: Sequence[int], enabled: bool) -> int:
-        """Pause or resume schedules; return how many rows changed."""
-        raise NotImplementedError
-
     def dead_ids(self, queue: str, after_id: int, limit: int) -> list[int]:
         """Return up to ``limit`` ids of ``queue``'s dead letters above ``after_id``, ascending."""
         raise NotImplementedError
@@ -526,8 +520,14 @@ class Dialect:
 def schedule_params(dialect: Dialect, values: dict[str, Any], next_run_at: datetime) -> list[Any]:
     """Return the schedule upsert's row values, in column order (name … next_run_at)."""
     return [
-        values["name"], values["spec"], values["interval_s"], values["queue"],
-        values["payload"], values["priority"], values["max_attempts"],
-        values["visibility_timeout_s"], values["retry_base_s"], values["expires_s"],
-        True, dialect.adapt_datetime(next_run_at),
+        values["name"], values["spec"], values["interval_s"], values["zone"],
+        values["misfire"], values["queue"], values["payload"], values["priority"],
+        values["max_attempts"], values["visibility_timeout_s"], values["retry_base_s"],
+        values["expires_s"], True, values["declared"], dialect.adapt_datetime(next_run_at),
     ]  # fmt: skip
+
+
+SCHEDULE_COLUMNS = (
+    "name, spec, interval_s, zone, misfire, queue, payload, priority, max_attempts, "
+    "visibility_timeout_s, retry_base_s, expires_s, enabled, declared, next_run_at"
+)

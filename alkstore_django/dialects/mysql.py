@@ -49,6 +49,7 @@ from .base import (
     OUTCOME_TABLE,
     REQUEUE_COLUMNS,
     REQUEUE_SELECT,
+    SCHEDULE_COLUMNS,
     SCHEDULE_TABLE,
     STAMP_MARKS,
     Watcher,
@@ -157,13 +158,6 @@ class MysqlDialect(OperatorDialect):
         if not ids:
             return "id IN (NULL)", []
         return f"id IN ({marks(len(ids))})", [int(i) for i in ids]
-
-    def next_boundary_sql(self, now: str) -> str:
-        # Naive UTC arithmetic from the epoch: FROM_UNIXTIME would read the session time zone.
-        return (
-            f"TIMESTAMPADD(SECOND, (FLOOR(TIMESTAMPDIFF(SECOND, {EPOCH}, {now}) / interval_s) "
-            f"+ 1) * interval_s, {EPOCH})"
-        )
 
     def to_datetime(self, value: Any) -> datetime | None:
         if value is None or value.tzinfo is not None:
@@ -494,17 +488,19 @@ class MysqlDialect(OperatorDialect):
         return self._transaction(body)
 
     def upsert_schedule(self, values: dict[str, Any], next_run_at: datetime) -> None:
-        # next_run_at is assigned before spec, so it compares the stored spec.
+        # next_run_at and refused_from are assigned before spec and zone, so
+        # they compare the stored ones.
+        same = "(spec = %s AND zone = %s)"
         sql = (
-            f"INSERT INTO {SCHEDULE_TABLE} (name, spec, interval_s, queue, payload, priority, "
-            "max_attempts, visibility_timeout_s, retry_base_s, expires_s, enabled, "
-            "next_run_at, last_fired_at, created_at, updated_at) "
-            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, {NOW}, {NOW}) "
-            "ON DUPLICATE KEY UPDATE next_run_at = IF(spec = %s, next_run_at, %s), "
-            "spec = %s, interval_s = %s, queue = %s, payload = %s, priority = %s, "
-            "max_attempts = %s, visibility_timeout_s = %s, retry_base_s = %s, expires_s = %s, "
-            f"updated_at = {NOW}"
+            f"INSERT INTO {SCHEDULE_TABLE} ({SCHEDULE_COLUMNS}, created_at, updated_at) "
+            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {NOW}, {NOW}) "
+            f"ON DUPLICATE KEY UPDATE next_run_at = IF({same}, next_run_at, %s), "
+            f"refused_from = IF({same}, refused_from, NULL), "
+            "spec = %s, interval_s = %s, zone = %s, misfire = %s, queue = %s, payload = %s, "
+            "priority = %s, max_attempts = %s, visibility_timeout_s = %s, retry_base_s = %s, "
+            f"expires_s = %s, declared = %s, admin_edited_at = NULL, updated_at = {NOW}"
         )
         row = schedule_params(self, values, next_run_at)
-        spec, next_at = row[1], row[11]
-        self._rowcount(sql, [*row, spec, next_at, spec, *row[2:10]])
+        spec, zone, next_at = row[1], row[3], row[14]
+        updates = [*row[1:12], row[13]]
+        self._rowcount(sql, [*row, spec, zone, next_at, spec, zone, *updates])

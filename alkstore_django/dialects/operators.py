@@ -1,6 +1,6 @@
 """The operators' statements in standard SQL: every engine so far speaks them alike.
 
-Dead letters, the queue overview, schedule toggles and the outcome counters'
+Dead letters, the queue overview and the outcome counters'
 pruning; ``base.py`` declares them, an engine overrides what its SQL cannot
 run (MySQL's ``purge_dead_batch``).
 """
@@ -11,31 +11,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from .base import DEAD_TABLE, JOB_TABLE, OUTCOME_TABLE, SCHEDULE_TABLE, Dialect
+from .base import DEAD_TABLE, JOB_TABLE, OUTCOME_TABLE, Dialect
 
 
 class OperatorDialect(Dialect):
     """``Dialect`` with the operators' statements written once."""
-
-    def set_schedules_enabled(self, ids: Sequence[int], enabled: bool) -> int:
-        """Pause or resume schedules; return how many rows changed.
-
-        Resuming moves a ``next_run_at`` that passed while paused to the first
-        boundary after now, so a long pause is not replayed as a burst of fires.
-        """
-        now, now_params = self.now_sql()
-        if enabled:
-            sets = (
-                f"enabled = %s, updated_at = {now}, next_run_at = CASE WHEN next_run_at <= {now} "
-                f"THEN {self.next_boundary_sql(now)} ELSE next_run_at END"
-            )
-            params = [True, *now_params, *now_params, *now_params]
-        else:
-            sets = f"enabled = %s, updated_at = {now}"
-            params = [False, *now_params]
-        match, match_params = self.ids_sql(ids)
-        sql = f"UPDATE {SCHEDULE_TABLE} SET {sets} WHERE {match} AND enabled = %s"
-        return self._rowcount(sql, [*params, *match_params, not enabled])
 
     def dead_ids(self, queue: str, after_id: int, limit: int) -> list[int]:
         """Return up to ``limit`` ids of ``queue``'s dead letters above ``after_id``, ascending."""

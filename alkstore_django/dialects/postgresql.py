@@ -122,9 +122,6 @@ class PostgresDialect(OnConflictDialect):
     def json_sql(self) -> str:
         return "%s::jsonb"
 
-    def next_boundary_sql(self, now: str) -> str:
-        return f"to_timestamp((floor(extract(epoch FROM {now}) / interval_s) + 1) * interval_s)"
-
     def open_watcher(
         self,
         channels: Sequence[str],

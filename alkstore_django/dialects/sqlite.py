@@ -115,13 +115,6 @@ class SqliteDialect(OnConflictDialect):
     def ids_sql(self, ids: Sequence[int]) -> tuple[str, list[Any]]:
         return "id IN (SELECT value FROM json_each(%s))", [json.dumps([int(i) for i in ids])]
 
-    def next_boundary_sql(self, now: str) -> str:
-        return (
-            "strftime('%%Y-%%m-%%d %%H:%%M:%%S', "
-            "((CAST(strftime('%%s', 'now') AS INTEGER) / interval_s) + 1) * interval_s, "
-            "'unixepoch')"
-        )
-
     def open_watcher(
         self,
         channels: Sequence[str],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from .base import LOCK_TABLE, SCHEDULE_TABLE, schedule_params
+from .base import LOCK_TABLE, SCHEDULE_COLUMNS, SCHEDULE_TABLE, schedule_params
 from .operators import OperatorDialect
 
 
@@ -50,20 +50,21 @@ class OnConflictDialect(OperatorDialect):
 
     def upsert_schedule(self, values: dict[str, Any], next_run_at: datetime) -> None:
         now, now_params = self.now_sql()
+        same = "s.spec = excluded.spec AND s.zone = excluded.zone"
         sql = (
-            f"INSERT INTO {SCHEDULE_TABLE} AS s (name, spec, interval_s, queue, payload, "
-            "priority, max_attempts, visibility_timeout_s, retry_base_s, expires_s, enabled, "
-            "next_run_at, last_fired_at, created_at, updated_at) "
-            f"VALUES (%s, %s, %s, %s, {self.json_sql()}, %s, %s, %s, %s, %s, %s, %s, NULL, "
+            f"INSERT INTO {SCHEDULE_TABLE} AS s ({SCHEDULE_COLUMNS}, created_at, updated_at) "
+            f"VALUES (%s, %s, %s, %s, %s, %s, {self.json_sql()}, %s, %s, %s, %s, %s, %s, %s, %s, "
             f"{now}, {now}) "
             "ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, "
-            "interval_s = excluded.interval_s, queue = excluded.queue, "
+            "interval_s = excluded.interval_s, zone = excluded.zone, "
+            "misfire = excluded.misfire, queue = excluded.queue, "
             "payload = excluded.payload, priority = excluded.priority, "
             "max_attempts = excluded.max_attempts, "
             "visibility_timeout_s = excluded.visibility_timeout_s, "
             "retry_base_s = excluded.retry_base_s, expires_s = excluded.expires_s, "
+            "declared = excluded.declared, admin_edited_at = NULL, "
             "updated_at = excluded.updated_at, "
-            "next_run_at = CASE WHEN s.spec = excluded.spec THEN s.next_run_at "
-            "ELSE excluded.next_run_at END"
+            f"next_run_at = CASE WHEN {same} THEN s.next_run_at ELSE excluded.next_run_at END, "
+            f"refused_from = CASE WHEN {same} THEN s.refused_from ELSE NULL END"
         )
         self._rowcount(sql, [*schedule_params(self, values, next_run_at), *now_params, *now_params])

@@ -4,10 +4,12 @@ Three ``runscheduler`` processes and one worker run on the test database. The
 leader is killed; a standby must take over once the 10 s lease lapses. The
 new leader is then paused past its lease; another standby takes over, and the
 paused one, resumed, must notice the lost lease before firing. Every
-``@every 1s`` boundary from the first to the last must fire exactly once:
-the jobs enqueued equal the boundaries the schedule's ``next_run_at`` moved
-across, and the worker acks each once. Runs on both engines (the lease and
-the tick are the same SQL; SQLite's tick is a ``BEGIN IMMEDIATE`` transaction).
+boundary from the first to the last must fire exactly once, for an
+``@every 1s`` and for a ``@cron`` with a seconds field read in a zone: the
+fired jobs' recorded boundaries are exactly the spec's boundaries the
+schedule's ``next_run_at`` moved across, none twice, and the worker acks
+each once. Runs on every engine (the lease and the tick are the same SQL;
+SQLite's tick is a ``BEGIN IMMEDIATE`` transaction).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import time
 import pytest
 
 from alkstore_django import store
-from alkstore_django.models import DeadJob, Job, Lock, Schedule
+from alkstore_django.models import DeadJob, Job, Lock, Schedule, ScheduleFire
 from alkstore_django.scheduler import LEADER_LOCK, LEADER_TTL_S
+from alkstore_django.specs import boundaries, parse_spec
 from tests.chaos.harness import Fleet, Proc, account, drained, settle, wait_for
 from tests.conftest import VENDOR
 from tests.helpers import db_now
@@ -60,11 +63,14 @@ def new_leader(fleet: Fleet, old: Proc) -> Proc:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    ("spec", "zone"), [("@every 1s", None), ("@cron */2 * * * * *", "Europe/Paris")]
+)
 def test_scheduler_failover__a_standby_takes_over_and_no_boundary_fires_twice(
-    fleet, report, chaos_long
+    fleet, report, chaos_long, spec, zone
 ):
     started = time.monotonic()
-    registered = store.schedule("chaos-tick", "@every 1s", "chaos.work", {"work_ms": 0})
+    registered = store.schedule("chaos-tick", spec, "chaos.work", {"work_ms": 0}, zone=zone)
     first_boundary = registered.next_run_at
     worker = fleet.start_worker("tick-w", ["chaos.work"], concurrency=2)
     schedulers = {f"sched-{i}": fleet.start_scheduler(f"sched-{i}") for i in range(3)}
@@ -99,14 +105,21 @@ def test_scheduler_failover__a_standby_takes_over_and_no_boundary_fires_twice(
     codes.update(fleet.stop_all())
     assert set(codes.values()) == {0}, codes
     final = Schedule.objects.get(name="chaos-tick")
-    boundaries = round((final.next_run_at - first_boundary).total_seconds())
+    parsed = parse_spec(spec, zone or "UTC")
+    expected = boundaries(parsed, first_boundary, final.next_run_at, 10**6)[:-1]
     ids = sorted(set(ChaosRun.objects.values_list("job_id", flat=True)))
+    recorded = list(
+        ScheduleFire.objects.filter(job_id__in=ids)
+        .order_by("boundary")
+        .values_list("boundary", flat=True)
+    )
     # Every boundary from the first to the schedule's next one fired exactly once.
-    assert fired() == len(ids) == boundaries, (fired(), len(ids), boundaries, fleet.tail())
-    figures = account("4 scheduler failover", VENDOR, ids, fleet)
+    assert fired() == len(ids) == len(expected), (fired(), len(ids), len(expected), fleet.tail())
+    assert recorded == expected  # each boundary once, none twice, none skipped
+    figures = account(f"4 scheduler failover {spec}", VENDOR, ids, fleet)
     lock = Lock.objects.filter(name=LEADER_LOCK).first()
     figures.notes = {
-        "boundaries": boundaries,
+        "boundaries": len(expected),
         "fired": len(ids),
         "leaders_paused": paused_leaders,
         "fence": lock.fence if lock else None,

@@ -1,4 +1,4 @@
-"""``manage.py alkstore``: stats, dead list/show, requeue and purge-dead."""
+"""``manage.py alkstore``: stats, dead list/show, requeue, purge-dead and schedules."""
 
 from __future__ import annotations
 
@@ -196,3 +196,41 @@ def test_requeue__nothing_matched_exits_nonzero_as_a_process(python, subprocess_
     assert done.returncode == 1
     assert "No dead letter 5 in queue 'cmd.none': nothing requeued." in done.stderr
     assert "Requeued 0" not in done.stdout
+
+
+def test_schedules__lists_next_runs_in_zone_and_utc_origin_state_and_refusals():
+    from alkstore_django.models import Schedule
+
+    store.schedule("report", "@cron 0 9 * * *", "reports", zone="Asia/Tokyo", misfire="skip")
+    store.schedule("beat", "@every 1h", "beats")
+    Schedule.objects.filter(name="beat").update(
+        enabled=False,
+        refused_from=Schedule.objects.get(name="beat").next_run_at,
+        last_error="PayloadError: Payload of 400 bytes is larger than MAX_PAYLOAD_BYTES (100).",
+    )
+
+    lines = run("schedules").splitlines()
+
+    assert lines[0].split()[:5] == ["name", "spec", "zone", "misfire", "queue"]
+    beat, report = lines[2], lines[3]
+    assert beat.startswith("beat") and "paused" in beat and "REFUSED since" in beat
+    assert "larger than MAX_PAYLOAD_BYTES (100)." in beat
+    assert "Asia/Tokyo" in report and "skip" in report and "active" in report
+    assert " 09:00:00 " in report  # next run in the schedule's zone
+    assert " 00:00:00 " in report  # 09:00 in Tokyo is midnight UTC
+
+
+def test_schedules__json_for_machines_and_none_said_so():
+    assert run("schedules") == "No schedules.\n"
+    store.schedule("report", "@cron 0 9 * * *", "reports", zone="Asia/Tokyo")
+
+    (row,) = json.loads(run("schedules", "--json"))
+
+    assert (row["name"], row["zone"], row["misfire"], row["declared"]) == (
+        "report",
+        "Asia/Tokyo",
+        "all",
+        False,
+    )
+    assert row["next_run_in_zone"].endswith("T09:00:00+09:00")
+    assert row["last_error"] is None and row["refused_from"] is None

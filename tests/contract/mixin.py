@@ -21,7 +21,7 @@ from alkstore_django import store
 from alkstore_django.dialects import Dialect, dialect_class, dialect_for
 from alkstore_django.models import DeadJob, Job, OutcomeMinute, Schedule
 from alkstore_django.notify import open_watcher
-from tests.factories import DeadJobFactory, ScheduleFactory
+from tests.factories import DeadJobFactory
 from tests.helpers import expire_job, lapse_claim, make_due
 
 
@@ -161,9 +161,10 @@ class DialectContract:
         for name in names:
             assert [j.queue for j in dialect.claim(name, "w", 5)] == [name]
 
-    def test_upsert_schedule__keeps_next_run_at_unless_the_spec_changes(self, dialect):
+    def test_upsert_schedule__keeps_next_run_at_unless_the_spec_or_zone_changes(self, dialect):
         values = {
-            "name": "s", "spec": "@every 1h", "interval_s": 3600, "queue": "q",
+            "name": "s", "spec": "@every 1h", "interval_s": 3600, "zone": "UTC",
+            "misfire": "all", "declared": False, "queue": "q",
             "payload": '{"a": 1}', "priority": 0, "max_attempts": 3,
             "visibility_timeout_s": 30.0, "retry_base_s": 5.0, "expires_s": None,
         }  # fmt: skip
@@ -172,11 +173,23 @@ class DialectContract:
         dialect.upsert_schedule({**values, "priority": 7}, first + timedelta(hours=5))
         row = Schedule.objects.get(name="s")
         assert (row.priority, row.next_run_at, row.payload) == (7, first, {"a": 1})
+        Schedule.objects.filter(name="s").update(refused_from=first, admin_edited_at=first)
+        dialect.upsert_schedule({**values, "misfire": "skip"}, first + timedelta(hours=5))
+        row = Schedule.objects.get(name="s")
+        assert (row.misfire, row.next_run_at, row.refused_from) == ("skip", first, first)
+        assert row.admin_edited_at is None
+        dialect.upsert_schedule({**values, "zone": "Europe/Paris"}, first + timedelta(hours=3))
+        row = Schedule.objects.get(name="s")
+        assert (row.zone, row.next_run_at, row.refused_from) == (
+            "Europe/Paris",
+            first + timedelta(hours=3),
+            None,
+        )
         dialect.upsert_schedule({**values, "spec": "@every 2h"}, first + timedelta(hours=2))
         assert Schedule.objects.get(name="s").next_run_at == first + timedelta(hours=2)
         assert 2 * 3600 < dialect.seconds_until_next_fire() <= 3 * 3600
 
-    def test_operator_statements__requeue_delete_purge_pause_and_count(self, dialect):
+    def test_operator_statements__requeue_delete_purge_and_count(self, dialect):
         old = dialect.database_now() - timedelta(days=2)
         a, b, _ = (DeadJobFactory(queue=q, died_at=old) for q in ("x", "x", "y"))
         assert dialect.dead_queues() == ["x", "y"]
@@ -186,10 +199,6 @@ class DialectContract:
         assert Job.objects.get(id=a.id).attempts == 0
         assert dialect.delete_dead([b.id]) == 1
         assert dialect.purge_dead_batch("y", dialect.database_now(), 10) == 1
-        paused = ScheduleFactory(enabled=True)
-        assert dialect.set_schedules_enabled([paused.id], False) == 1
-        assert dialect.set_schedules_enabled([paused.id], True) == 1
-        assert Schedule.objects.get(id=paused.id).next_run_at > dialect.database_now()
         dialect.record_outcomes([("x", 2, 1, 0), ("y", 1, 0, 1)])
         dialect.record_outcomes([("x", 1, 0, 0)])
         assert OutcomeMinute.objects.get(queue="x").acked == 3

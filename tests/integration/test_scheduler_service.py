@@ -100,5 +100,7 @@ def test_serve__survives_its_connection_being_terminated(caplog):
 
     assert wait_for(lambda: Job.objects.filter(queue="beats", id__gt=before).count() >= 2, 6)
     serving.halt()
-    assert "scheduler database unavailable" in caplog.text
+    # Dropped in a tick, serve() retries; dropped while sleeping, the lead goes on.
+    assert ("scheduler database unavailable" in caplog.text
+            or "scheduler database error while sleeping" in caplog.text)  # fmt: skip
     assert leader_owner() is None

@@ -109,3 +109,17 @@ def returns_nan():
 @task()
 def returns_nul():
     return "bad \x00 byte"
+
+
+@task(takes_context=True)
+def scheduled_boundary(context: TaskContext, label):
+    """A scheduled task that reports which boundary it runs for."""
+    from alkstore_django import store
+
+    fire = store.fired_for(context.task_result.id)
+    return {"label": label, "schedule": fire.schedule, "boundary": fire.boundary.isoformat()}
+
+
+@alkstore_task(timeout_s=5)
+def limited():
+    return None

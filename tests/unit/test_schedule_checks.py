@@ -26,6 +26,12 @@ def test_check__accepts_well_formed_schedules():
                     "expires_s": 3600,
                 },
                 "heartbeat": {"spec": "@every 30s", "queue": "pings"},
+                "weekday": {
+                    "spec": "@cron 0 9 * * mon-fri",
+                    "queue": "reports",
+                    "zone": "Europe/Paris",
+                    "misfire": "latest",
+                },
             }
         )
         == []
@@ -45,8 +51,11 @@ def test_check__accepts_well_formed_schedules():
         ({"": {"spec": "@every 1d", "queue": "reports"}}, "schedule name ''"),
         ({"r": {"spec": "@every 1d", "queue": "q", "max_attempts": 0}}, "max_attempts 0"),
         ({"r": {"spec": "@every 1d", "queue": "q", "payload": {1, 2}}}, "cannot be encoded"),
+        ({"r": {"spec": "@cron 0 9 * * 8", "queue": "q"}}, "field 5 (day of week) '8'"),
+        ({"r": {"spec": "@cron 0 9 * * 1", "queue": "q", "zone": "Paris"}}, "zone 'Paris'"),
+        ({"r": {"spec": "@cron @daily", "queue": "q", "misfire": "some"}}, "policy 'some'"),
     ],
-)
+)  # fmt: skip
 def test_check__names_the_bad_schedule(schedules, fragment):
     messages = e007(schedules)
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import random
+from datetime import UTC, datetime
 
 import pytest
 
 from alkstore_django.errors import InvalidSpec
-from alkstore_django.timing import BACKOFF_CAP_S, backoff_s, next_boundary_s, parse_spec
+from alkstore_django.specs import EverySpec, parse_spec
+from alkstore_django.timing import BACKOFF_CAP_S, backoff_s
 
 
 @pytest.mark.parametrize(
@@ -16,7 +18,7 @@ from alkstore_django.timing import BACKOFF_CAP_S, backoff_s, next_boundary_s, pa
     [("@every 1s", 1), ("@every 5m", 300), ("@every 2h", 7200), ("@every 1d", 86400)],
 )
 def test_parse_spec__accepts_the_exact_grammar(spec, seconds):
-    assert parse_spec(spec) == seconds
+    assert parse_spec(spec) == EverySpec(spec, seconds)
 
 
 @pytest.mark.parametrize(
@@ -46,10 +48,14 @@ def test_parse_spec__rejects_everything_else(spec):
 
 
 def test_next_boundary__is_the_next_epoch_multiple_strictly_after():
-    assert next_boundary_s(0, 60) == 60
-    assert next_boundary_s(59.9, 60) == 60
-    assert next_boundary_s(60, 60) == 120
-    assert next_boundary_s(1_700_000_001, 3600) == 1_700_002_800
+    def after(seconds: float, interval_s: int) -> float:
+        at = datetime.fromtimestamp(seconds, tz=UTC)
+        return EverySpec("@every", interval_s).next_after(at).timestamp()
+
+    assert after(0, 60) == 60
+    assert after(59.9, 60) == 60
+    assert after(60, 60) == 120
+    assert after(1_700_000_001, 3600) == 1_700_002_800
 
 
 @pytest.mark.parametrize("attempt", [1, 2, 3, 5, 8])

@@ -1,11 +1,13 @@
-"""``manage.py alkstore``: queue stats, dead letters (list, show, requeue, purge)."""
+"""``manage.py alkstore``: queue stats, dead letters (list, show, requeue, purge), schedules."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
@@ -15,16 +17,21 @@ from ...attempts import attempts_of
 from ...conf import app_settings
 from ...display import error_summary, format_age, format_timestamp
 from ...errors import AlkstoreError
-from ...records import Job
+from ...records import Job, Schedule
 from ..arguments import database_alias, positive_int
 
 STATS_COLUMNS = ("queue", "pending", "scheduled", "processing", "overdue", "dead", "oldest pending")
 DEAD_COLUMNS = ("id", "queue", "attempts", "died at", "error")
+SCHEDULE_COLUMNS = ("name", "spec", "zone", "misfire", "queue", "state", "from",
+                    "next run (zone)", "next run (UTC)", "last fired", "last error")  # fmt: skip
 MISSING_SHOWN = 10
 
 
 class Command(BaseCommand):
-    help = "Inspect and repair queues: stats, dead letters (list, show), requeue, purge-dead."
+    help = (
+        "Inspect and repair queues: stats, dead letters (list, show), requeue, purge-dead, "
+        "schedules."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -63,6 +70,10 @@ class Command(BaseCommand):
         requeue.add_argument(
             "--dry-run", action="store_true", help="Say how many would move; move nothing."
         )
+        schedules = sub.add_parser(
+            "schedules", help="List the schedules: next runs, last fire, last error."
+        )
+        schedules.add_argument("--json", action="store_true", help="Print JSON for machines.")
         purge = sub.add_parser("purge-dead", help="Delete a queue's old dead letters.")
         purge.add_argument("--queue", required=True, help="The queue whose dead letters to purge.")
         purge.add_argument(
@@ -81,6 +92,8 @@ class Command(BaseCommand):
                 self.dead_list(using, options["queue"], options["limit"], as_json=options["json"])
             elif command == "dead":
                 self.dead_show(using, options["id"], as_json=options["json"])
+            elif command == "schedules":
+                self.schedules(using, as_json=options["json"])
             elif command == "requeue":
                 self.requeue(using, options["queue"], options["ids"], dry_run=options["dry_run"])
             else:
@@ -131,6 +144,33 @@ class Command(BaseCommand):
             for s in stats
         ]
         self._table(STATS_COLUMNS, rows, "lrrrrrr")
+
+    def schedules(self, using: str, *, as_json: bool) -> None:
+        schedules = operations.list_schedules(using=using)
+        if as_json:
+            self._json(
+                [
+                    {**asdict(s), "next_run_in_zone": _in_zone(s.next_run_at, s.zone)}
+                    for s in schedules
+                ]
+            )
+            return
+        if not schedules:
+            self.stdout.write("No schedules.")
+            return
+        rows = [
+            (
+                s.name, s.spec, s.zone, s.misfire, s.queue,
+                "active" if s.enabled else "paused",
+                "settings" if s.declared else "code",
+                _in_zone(s.next_run_at, s.zone)[:19].replace("T", " "),
+                f"{s.next_run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}",
+                format_timestamp(s.last_fired_at),
+                _schedule_error(s),
+            )
+            for s in schedules
+        ]  # fmt: skip
+        self._table(SCHEDULE_COLUMNS, rows, "lllllllllll")
 
     def dead_list(self, using: str, queue: str | None, limit: int, *, as_json: bool) -> None:
         dead = operations.list_dead(queue=queue, limit=limit, using=using)
@@ -258,3 +298,18 @@ class Command(BaseCommand):
                 f"Deleted {deleted} dead letter(s) of queue {queue!r} older than {older_than}."
             )
         )
+
+
+def _in_zone(instant: datetime, zone: str) -> str:
+    """Return ``instant`` as ISO 8601 in the schedule's zone (UTC if the zone is gone)."""
+    try:
+        return instant.astimezone(ZoneInfo(zone)).isoformat()
+    except (ValueError, KeyError):
+        return instant.astimezone(UTC).isoformat()
+
+
+def _schedule_error(schedule: Schedule) -> str:
+    summary = error_summary(schedule.last_error) or "-"
+    if schedule.refused_from is None:
+        return summary
+    return f"REFUSED since {format_timestamp(schedule.refused_from)}: {summary}"
