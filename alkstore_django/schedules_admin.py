@@ -101,7 +101,7 @@ class ScheduleForm(forms.ModelForm):
 class ScheduleAdmin(AlkstoreModelAdmin):
     form = ScheduleForm
     list_display = ("name", "spec", "zone", "misfire", "queue", "enabled", "origin",
-                    "next_run_in_zone", "next_run_at", "last_fired_at", "error")  # fmt: skip
+                    "next_run_in_zone", "next_run_utc", "last_fired_at", "error")  # fmt: skip
     list_filter = ("enabled", "declared", "misfire", "queue")
     search_fields = ("name", "queue")
     ordering = ("name",)

@@ -84,6 +84,9 @@ def test_edit__recomputes_the_next_run_and_shows_it_in_zone_and_utc(admin_client
     html = admin_client.get(change_url(row)).content.decode()
     assert f"{local:%Y-%m-%d %H:%M:%S} Asia/Tokyo" in html
     assert f"{row.next_run_at:%Y-%m-%d %H:%M:%S} UTC" in html
+    listing = admin_client.get(CHANGELIST).content.decode()
+    assert f"{local:%Y-%m-%d %H:%M:%S} Asia/Tokyo" in listing
+    assert f"{row.next_run_at:%Y-%m-%d %H:%M:%S} UTC" in listing
     assert LogEntry.objects.filter(object_id=str(row.pk), action_flag=CHANGE).exists()
 
 

@@ -123,6 +123,9 @@ def populate() -> int:
     )
     ScheduleFactory(name="nightly-digest", spec="@every 1d", interval_s=86_400, queue="emails")
     ScheduleFactory(name="cleanup", spec="@every 15m", interval_s=900, queue="maintenance")
+    store.schedule(
+        "weekday-report", "@cron 0 9 * * mon-fri", "reports", zone="Europe/Paris", misfire="latest"
+    )
     LockFactory(name="__alkstore_scheduler", owner="web-1:4242:9f2c", fence=3)
     LockFactory(name="report-export", expires_at=now - timedelta(minutes=3))
     statuses = [TaskStatus.SUCCESSFUL, TaskStatus.FAILED, TaskStatus.READY]
@@ -257,7 +260,7 @@ def drive(
     page.select_option("select[name=action]", "disable")
     page.click("button[name=index]")
     page.wait_for_selector("ul.messagelist")
-    assert "Disabled 1 schedule(s)." in page.locator("ul.messagelist").inner_text()
+    assert "Paused 1 schedule(s)." in page.locator("ul.messagelist").inner_text()
     page.screenshot(path=str(screenshots / "schedules.png"))
     page.goto(f"{base}/admin/alkstore_django/lock/")
     page.screenshot(path=str(screenshots / "locks.png"))
