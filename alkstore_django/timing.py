@@ -6,7 +6,7 @@ import math
 import random
 import re
 
-from .errors import InvalidSpec
+from .errors import InvalidArgument, InvalidSpec
 
 BACKOFF_CAP_S = 3600
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
@@ -14,6 +14,8 @@ UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 # leading zeros, one unit letter; nothing before or after.
 _SPEC_RE = re.compile(r"@every ([1-9][0-9]{0,9})([smhd])")
 MAX_INTERVAL_S = 366 * 86_400 * 100
+# A queue's rate: '<n>/<unit>', n a positive integer, unit s, m or h.
+_RATE_RE = re.compile(r"([1-9][0-9]{0,8})/([smh])")
 
 
 def parse_spec(spec: object) -> int:
@@ -32,6 +34,21 @@ def parse_spec(spec: object) -> int:
     if interval_s > MAX_INTERVAL_S:
         raise InvalidSpec(f"Invalid schedule spec {spec!r}: the interval exceeds 100 years.")
     return interval_s
+
+
+def parse_rate(rate: object) -> tuple[int, int]:
+    """Return (starts, period in seconds) of a queue rate such as ``100/m``.
+
+    Raises ``InvalidArgument`` naming the value for anything else (``0/s``,
+    ``1.5/s``, ``10/d``, spaces).
+    """
+    match = _RATE_RE.fullmatch(rate) if isinstance(rate, str) else None
+    if match is None:
+        raise InvalidArgument(
+            f"Invalid rate {rate!r}: expected '<n>/<unit>' with n a positive integer and "
+            "unit s, m or h (for example '100/m')."
+        )
+    return int(match.group(1)), UNIT_SECONDS[match.group(2)]
 
 
 def next_boundary_s(after_s: float, interval_s: int) -> int:
