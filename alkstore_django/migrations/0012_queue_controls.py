@@ -6,7 +6,9 @@ from django.db import migrations, models
 def prepare(apps, schema_editor):
     from alkstore_django.dialects import prepare_schema
 
-    prepare_schema(schema_editor, [apps.get_model("alkstore_django", "QueueControl")._meta.db_table])
+    prepare_schema(
+        schema_editor, [apps.get_model("alkstore_django", "QueueControl")._meta.db_table]
+    )
 
 
 class Migration(migrations.Migration):
