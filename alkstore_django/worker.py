@@ -281,7 +281,10 @@ class Worker:
         count = len(self._queues)
         for offset in range(count):
             q = self._queues[(self._rr + offset) % count]
-            if q.name in self._paused or self._holds.get(q.name, 0.0) > time.monotonic():
+            if q.name in self._paused:
+                continue
+            if self._holds.get(q.name, 0.0) > time.monotonic():
+                drained = False  # jobs wait for the limit: a burst worker stays
                 continue
             want = self.capacity - len(self.holdings) + len(self._acks)
             if want <= 0:
