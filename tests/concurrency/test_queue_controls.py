@@ -17,7 +17,6 @@ import pytest
 from alkstore_django import store
 from alkstore_django.conf import app_settings
 from alkstore_django.models import DeadJob, Job
-from tests.conftest import postgres_only
 from tests.helpers import live_count, runworker, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(150)]
@@ -47,6 +46,11 @@ def peak_running(log: Path) -> int:
         running += 1 if kind == "start" else -1
         peak = max(peak, running)
     return peak
+
+
+def limited(settings_variant, **keys: object) -> dict[str, str]:
+    """Return the workers' environment with ``keys`` in ``ALKSTORE["QUEUES"][QUEUE]``."""
+    return settings_variant(f"ALKSTORE = {{**ALKSTORE, 'QUEUES': {{{QUEUE!r}: {keys!r}}}}}")
 
 
 def start_workers(env: dict[str, str], count: int, concurrency: int) -> list:
@@ -104,11 +108,10 @@ def test_pause__stops_new_starts_of_two_draining_workers_and_resume_restarts_the
     assert_each_started_once(log, [*ids, max(ids) + 1])
 
 
-@postgres_only("the timing bound of many worker processes needs row locks and NOTIFY")
 def test_max_running_2__holds_over_four_workers_of_four_threads_and_500_jobs(
     subprocess_env, settings_variant, tmp_path
 ):
-    env = settings_variant(f'ALKSTORE = {{**ALKSTORE, "QUEUES": {{"{QUEUE}": {{"max_running": 2}}}}}}')
+    env = limited(settings_variant, max_running=2)
     log = tmp_path / "runs.log"
     ids = store.queue(QUEUE).enqueue_many([{"log": str(log), "sleep_s": 0.01}] * 500)
     procs = start_workers(env, 4, 4)
@@ -122,11 +125,10 @@ def test_max_running_2__holds_over_four_workers_of_four_threads_and_500_jobs(
     assert_each_started_once(log, ids)
 
 
-@postgres_only("the starts-per-second bound needs a server clock and row locks shared by all")
 def test_rate_20_per_second__starts_190_to_210_jobs_in_10_seconds(
     subprocess_env, settings_variant, tmp_path
 ):
-    env = settings_variant(f'ALKSTORE = {{**ALKSTORE, "QUEUES": {{"{QUEUE}": {{"rate": "20/s"}}}}}}')
+    env = limited(settings_variant, rate="20/s")
     log = tmp_path / "runs.log"
     store.queue(QUEUE).enqueue_many([{"log": str(log)}] * 400)
     procs = start_workers(env, 2, 4)

@@ -71,7 +71,7 @@ def test_max_running__caps_live_claims_across_claimants(limited):
     first = q.claim_batch("w1", 10)
     assert len(first) == 2
     assert q.claim_batch("w2", 10) == []
-    acked, handles, hold_s = q.ack_and_claim("w2", 10)
+    _, handles, hold_s = q.ack_and_claim("w2", 10)
     assert (handles, hold_s) == ([], 0.0)
     assert first[0].ack() is True
     assert len(q.claim_batch("w2", 10)) == 1

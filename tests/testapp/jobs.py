@@ -76,4 +76,3 @@ def tracked(job):
 
 # The chaos, hostile-handler and process-pool suites' handlers.
 from . import chaos_jobs, hostile_jobs, pool_jobs  # noqa: E402, F401
-
