@@ -443,5 +443,23 @@ class LockAdmin(AlkstoreModelAdmin):
         return "held"
 
 
+@admin.register(QueueControl)
+class QueueControlAdmin(AlkstoreModelAdmin):
+    """Each queue's pause row and rate window, read-only: the overview's buttons change them.
+
+    Its change page's History lists who paused and resumed the queue.
+    """
+
+    list_display = ("queue", "paused", "paused_at", "window_at", "window_starts")
+    list_filter = ("paused",)
+    search_fields = ("queue",)
+    ordering = ("queue",)
+    actions: list[Any] = []
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Deleting the row would resume a paused queue behind the History's back.
+        return False
+
+
 # Django Tasks results and the live workers, next to the jobs (in modules of their own).
 from . import tasks_admin, workers_admin  # noqa: E402, F401

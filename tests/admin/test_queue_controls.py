@@ -86,3 +86,15 @@ def test_control__a_bad_request_is_a_400_naming_the_value(admin_client, data, me
 
 def test_control__is_post_only(admin_client):
     assert admin_client.get(reverse(CONTROL)).status_code == 405
+
+
+def test_queue_control_history__lists_who_paused_and_resumed(admin_client):
+    control(admin_client, "ov.p", "pause")
+    control(admin_client, "ov.p", "resume")
+    url = reverse("admin:alkstore_django_queuecontrol_history", args=["ov.p"])
+    html = admin_client.get(url).content.decode()
+    assert "Paused: workers claim nothing from it" in html
+    assert "Resumed: workers claim from it again." in html
+    change = admin_client.get(reverse("admin:alkstore_django_queuecontrol_change", args=["ov.p"]))
+    assert change.status_code == 200
+    assert 'name="_save"' not in change.content.decode()  # read-only
