@@ -67,9 +67,8 @@ class ControlDialect(Dialect):
     def lock_control(self, cursor: Any, queue: str) -> tuple[datetime, bool, datetime | None, int]:
         """Lock the queue's control row (made if missing): (now, paused, window_at, starts).
 
-        The row is read locked first and inserted only when missing: an
-        ``INSERT`` that finds the row takes a shared lock on it on MySQL, and
-        two sessions upgrading theirs would deadlock.
+        The row is read locked first and inserted only when missing, so a
+        claim writes nothing it does not change.
         """
         now, now_params = self.now_sql()
         select = (

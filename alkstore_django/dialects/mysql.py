@@ -90,7 +90,11 @@ class MysqlDialect(OperatorDialect):
 
     vendor = "mysql"
     supports_skip_locked = True
-    ensure_control_sql = f"INSERT IGNORE INTO {CONTROL_TABLE} (queue) VALUES (%s)"
+    # Not INSERT IGNORE: its shared lock on an existing row, upgraded by the
+    # claim's SELECT … FOR UPDATE in two sessions at once, would deadlock.
+    ensure_control_sql = (
+        f"INSERT INTO {CONTROL_TABLE} (queue) VALUES (%s) ON DUPLICATE KEY UPDATE queue = queue"
+    )
 
     @classmethod
     def check_settings(cls, alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
