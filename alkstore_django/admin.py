@@ -38,7 +38,8 @@ from .admin_base import pre as _pre
 from .attempts import attempts_of
 from .conf import app_settings
 from .display import error_summary, format_age, format_timestamp, outcome_chart
-from .models import DeadJob, Job, JobState, Lock, QueueOverview
+from .errors import AlkstoreError
+from .models import DeadJob, Job, JobState, Lock, QueueControl, QueueOverview
 from .outcomes import recent_outcomes
 
 CHART_MINUTES = 60
@@ -46,11 +47,17 @@ MARK = '<strong class="{}" style="color: #ba2121">{}</strong>'
 REFRESH_CHOICES_S = (5, 15, 60)
 MAX_REFRESH_S = 3600
 REQUEUED = "Requeued: pending, due now."
+CONTROL_ACTIONS = {"pause": True, "resume": False}
 
 
 def can_view_overview(request: HttpRequest) -> bool:
     """The overview shows live and dead counts: either view permission is enough."""
     return _has_perm(request, DeadJob._meta, "view") or _has_perm(request, Job._meta, "view")
+
+
+def can_pause_queues(request: HttpRequest) -> bool:
+    """Pausing and resuming queues needs ``change_queuecontrol``."""
+    return _has_perm(request, QueueControl._meta, "change")
 
 
 def refresh_seconds(raw: str | None) -> int | None:
@@ -192,9 +199,11 @@ class DeadJobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         overview = self.admin_site.admin_view(self.overview_view)
+        control = self.admin_site.admin_view(self.queue_control_view)
         requeue = self.admin_site.admin_view(self.requeue_view)
         return [
             path("overview/", overview, name="alkstore_django_overview"),
+            path("overview/control/", control, name="alkstore_django_queue_control"),
             path("<path:object_id>/requeue/", requeue, name="alkstore_django_deadjob_requeue"),
             *super().get_urls(),
         ]
@@ -223,9 +232,41 @@ class DeadJobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
             "chart_minutes": CHART_MINUTES,
             "refresh_s": refresh_s,
             "refresh_choices_s": REFRESH_CHOICES_S,
+            "can_pause": can_pause_queues(request),
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/alkstore_django/overview.html", context)
+
+    def queue_control_view(self, request: HttpRequest) -> HttpResponse:
+        """The overview's Pause/Resume button: POST ``queue`` and ``action`` (pause, resume)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not can_pause_queues(request):
+            raise PermissionDenied
+        queue, action = request.POST.get("queue", ""), request.POST.get("action", "")
+        if action not in CONTROL_ACTIONS:
+            return HttpResponseBadRequest(
+                f"Invalid action {action!r}: expected pause or resume.",
+                content_type="text/plain; charset=utf-8",
+            )
+        using = app_settings.database
+        try:
+            changed = operations.set_queue_paused(queue, CONTROL_ACTIONS[action], using=using)
+        except AlkstoreError as exc:
+            return HttpResponseBadRequest(str(exc), content_type="text/plain; charset=utf-8")
+        overview = reverse("admin:alkstore_django_overview")
+        if not changed:
+            state = "paused" if CONTROL_ACTIONS[action] else "running"
+            self.message_user(request, f"Queue {queue!r} was already {state}.", messages.WARNING)
+            return HttpResponseRedirect(overview)
+        control = QueueControl.objects.using(using).get(queue=queue)
+        if CONTROL_ACTIONS[action]:
+            text = "Paused: workers claim nothing from it; running jobs finish."
+        else:
+            text = "Resumed: workers claim from it again."
+        self.log_action(request, [control], text)
+        self.message_user(request, f"Queue {queue!r}: {text}")
+        return HttpResponseRedirect(overview)
 
 
 @admin.register(QueueOverview)
@@ -376,6 +417,24 @@ class LockAdmin(AlkstoreModelAdmin):
         if getattr(obj, "is_expired", False):
             return format_html(MARK, "alk-expired", "expired")
         return "held"
+
+
+@admin.register(QueueControl)
+class QueueControlAdmin(AlkstoreModelAdmin):
+    """Each queue's pause row and rate window, read-only: the overview's buttons change them.
+
+    Its change page's History lists who paused and resumed the queue.
+    """
+
+    list_display = ("queue", "paused", "paused_at", "window_at", "window_starts")
+    list_filter = ("paused",)
+    search_fields = ("queue",)
+    ordering = ("queue",)
+    actions: list[Any] = []
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Deleting the row would resume a paused queue behind the History's back.
+        return False
 
 
 # Django Tasks results, the live workers and the schedules, next to the jobs (in modules

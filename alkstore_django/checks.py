@@ -10,10 +10,10 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
-from .conf import SETTING_KEYS, app_settings, load_codec
+from .conf import QUEUE_LIMIT_NAMES, SETTING_KEYS, app_settings, load_codec
 from .errors import AlkstoreError
 from .handlers import registry
-from .validation import validate_name, validate_queue_options
+from .validation import validate_name, validate_queue_limits, validate_queue_options
 
 
 def register() -> None:
@@ -131,7 +131,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             validate_name("queue", name)
             if not isinstance(opts, dict):
                 raise AlkstoreError(f"options are {type(opts).__name__}, not a dict")
-            validate_queue_options(opts)
+            validate_queue_options({k: v for k, v in opts.items() if k not in QUEUE_LIMIT_NAMES})
         except AlkstoreError as exc:
             errors.append(
                 _error(
@@ -140,6 +140,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                     "alkstore.E003",
                 )
             )
+            continue
+        errors += _check_limits(name, opts)
     for key, id_ in (
         ("POLL_INTERVAL_S", "alkstore.E004"),
         ("SWEEP_INTERVAL_S", "alkstore.E004"),
@@ -174,6 +176,22 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                     "alkstore.E005",
                 )
             )
+    return errors
+
+
+def _check_limits(name: str, opts: dict[str, Any]) -> list[checks.CheckMessage]:
+    """Check a queue's ``max_running`` (E011) and ``rate`` (E012), each on its own."""
+    errors: list[checks.CheckMessage] = []
+    for key, id_, hint in (
+        ("max_running", "alkstore.E011", "Expected an integer of at least 1, or no key."),
+        ("rate", "alkstore.E012", "Expected '<n>/<unit>' with unit s, m or h, e.g. '100/m'."),
+    ):
+        if key not in opts:
+            continue
+        try:
+            validate_queue_limits({key: opts[key]})
+        except AlkstoreError as exc:
+            errors.append(_error(f"ALKSTORE['QUEUES'][{name!r}][{key!r}]: {exc}", hint, id_))
     return errors
 
 

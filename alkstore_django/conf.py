@@ -44,8 +44,22 @@ class QueueOptions:
         return replace(self, **opts)
 
 
+@dataclass(frozen=True)
+class QueueLimits:
+    """A queue's claim-time limits, shared by every worker (``QUEUES[name]`` keys)."""
+
+    # At most this many of the queue's jobs under a live claim at once.
+    max_running: int | None = None
+    # At most ``rate_starts`` claims per window of ``rate_period_s`` seconds.
+    rate_starts: int | None = None
+    rate_period_s: int | None = None
+
+
 ENGINE_DEFAULTS = QueueOptions()
 QUEUE_OPTION_NAMES = frozenset(f.name for f in fields(QueueOptions))
+# Settings only, never a queue handle's option: a limit binds every worker at
+# once, so it cannot differ from one handle to the next.
+QUEUE_LIMIT_NAMES = frozenset({"max_running", "rate"})
 SETTING_KEYS = frozenset(
     {
         "DATABASE",
@@ -115,7 +129,10 @@ class AlkstoreSettings:
 
     def queue_defaults(self, name: str) -> QueueOptions:
         """Return the queue's derived defaults: engine defaults overlaid by QUEUES[name]."""
-        return ENGINE_DEFAULTS.overlay(self.queues.get(name, {}))
+        opts = self.queues.get(name, {})
+        if not QUEUE_LIMIT_NAMES.isdisjoint(opts):
+            opts = {k: v for k, v in opts.items() if k not in QUEUE_LIMIT_NAMES}
+        return ENGINE_DEFAULTS.overlay(opts)
 
 
 @functools.cache

@@ -285,6 +285,30 @@ class Lock(models.Model):
         return f"lock {self.name} held by {self.owner}"
 
 
+class QueueControl(models.Model):
+    """A queue's durable controls: whether it is paused, and its rate window.
+
+    One row per queue that was ever paused or claimed under a limit; a queue
+    without a row runs unpaused. Every claim of the queue reads ``paused``
+    inside its own statement, and a claim under ``max_running`` or ``rate``
+    locks the row, so those claims take turns over every worker and host.
+    """
+
+    queue = models.CharField(max_length=NAME_MAX_LENGTH, primary_key=True)
+    paused = models.BooleanField(db_default=False)
+    # Who paused it, when, in the database's clock: shown on the overview.
+    paused_at = models.DateTimeField(null=True, blank=True)
+    # The open rate window: when it opened (its first start) and its starts so far.
+    window_at = models.DateTimeField(null=True, blank=True)
+    window_starts = models.PositiveIntegerField(db_default=0)
+
+    class Meta:
+        verbose_name = "queue control"
+
+    def __str__(self) -> str:
+        return f"queue {self.queue} ({'paused' if self.paused else 'running'})"
+
+
 class ChannelMessage(models.Model):
     """A notification on SQLite, which has no NOTIFY: written in the sender's transaction."""
 

@@ -83,11 +83,15 @@ def open_watcher(
     return store.dialect.open_watcher(channels, queues=queues, listen_alias=alias)
 
 
-def watch_queues(store: Store, queues: Sequence[Queue], wake: Event, halt: Event) -> None:
+def watch_queues(
+    store: Store, queues: Sequence[Queue], wake: Event, halt: Event, controls: Event
+) -> None:
     """Set ``wake`` whenever something may have arrived on ``queues``, until ``halt`` is set.
 
-    The body of a worker's watcher thread. A watcher that fails is closed and
-    reopened a second later; meanwhile the worker's poll finds the jobs.
+    The body of a worker's watcher thread. ``controls`` is set too when one
+    of the queues was paused or resumed (where the engine says so). A
+    watcher that fails is closed and reopened a second later; meanwhile the
+    worker's poll finds the jobs.
     """
     watcher: Watcher | None = None
     channels = [q.channel for q in queues]
@@ -95,7 +99,10 @@ def watch_queues(store: Store, queues: Sequence[Queue], wake: Event, halt: Event
         try:
             if watcher is None:
                 watcher = open_watcher(store, channels, queues=[q.name for q in queues])
-            if watcher.wait(1.0):
+            woken, controlled = watcher.wait_for_controls(1.0)
+            if controlled:
+                controls.set()
+            if woken:
                 wake.set()
         except Exception:
             logger.warning("wake-up watcher failed; relying on polling", exc_info=True)

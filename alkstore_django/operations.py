@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import transaction
@@ -296,6 +296,26 @@ def list_schedules(*, using: str | None = None) -> list[Schedule]:
     return [row.to_record() for row in ScheduleRow.objects.using(_alias(using)).order_by("name")]
 
 
+# --- queue controls ----------------------------------------------------------------
+
+
+def set_queue_paused(queue: str, paused: bool, *, using: str | None = None) -> bool:
+    """Pause or resume ``queue`` (see ``Queue.pause``); False when it already was.
+
+    For the admin and ``manage.py alkstore pause|resume``: a reserved name is
+    allowed, so an operator can pause an outbox's queue too.
+    """
+    from .queues import channel_for
+
+    validate_name("queue", queue, allow_reserved=True)
+    return _dialect(using).set_paused(queue, paused, channel_for(queue))
+
+
+def paused_queues(*, using: str | None = None) -> dict[str, datetime | None]:
+    """Return every paused queue with the time it was paused (database clock)."""
+    return _dialect(using).paused_queues()
+
+
 # --- the overview ------------------------------------------------------------------
 
 
@@ -305,7 +325,8 @@ def queue_overview(*, using: str | None = None) -> list[QueueStats]:
     Queues with rows, queues named in ``ALKSTORE["QUEUES"]`` and queues with a
     registered handler are listed. ``pending`` counts ready jobs; ``scheduled``
     those due later; ``overdue`` processing jobs whose claim deadline passed;
-    ``oldest_pending_age_s`` is the wait of the oldest ready job; ``consumers``
+    ``oldest_pending_age_s`` is the wait of the oldest ready job; ``paused``
+    whether the queue is paused (a paused queue is listed); ``consumers``
     the live workers running the queue (``unconsumed`` flags jobs nobody runs);
     ``timed_out`` the attempts stopped at their time limit in the last hour.
     """
@@ -319,7 +340,8 @@ def queue_overview(*, using: str | None = None) -> list[QueueStats]:
         for name in worker.queues:
             consumers[name] = consumers.get(name, 0) + 1
     timed_out = recent_timeouts(_alias(using))
-    names = set(counts) | set(app_settings.queues) | set(registry.queues())
+    paused = sql.paused_queues()
+    names = set(counts) | set(app_settings.queues) | set(registry.queues()) | set(paused)
     result = []
     for name in sorted(names):
         row = counts.get(name, {})
@@ -337,6 +359,7 @@ def queue_overview(*, using: str | None = None) -> list[QueueStats]:
                 overdue=row.get("overdue", 0),
                 consumers=consumers.get(name, 0),
                 timed_out=timed_out.get(name, 0),
+                paused=name in paused,
             )
         )
     return result

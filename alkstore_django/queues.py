@@ -22,6 +22,7 @@ from .validation import (
     validate_int,
     validate_max_attempts,
     validate_priority,
+    validate_queue_limits,
     validate_run_at,
     validate_worker_id,
 )
@@ -50,6 +51,8 @@ class Queue:
         self.name = name
         self.options = options
         self.channel = channel_for(name)
+        # max_running and rate come from settings only: every worker must agree on them.
+        self.limits = validate_queue_limits(app_settings.queues.get(name) or {})
         self._plain = EnqueueStamps(
             queue=name,
             channel=self.channel,
@@ -186,17 +189,50 @@ class Queue:
 
     def ack_and_claim(
         self, worker_id: str, n: int, fences: Sequence[tuple[int, int]] = ()
-    ) -> tuple[set[int], list[JobHandle]]:
+    ) -> tuple[set[int], list[JobHandle], float | None]:
         """Ack ``fences`` (job id, generation) held by ``worker_id``, then claim up to ``n``.
 
         The one claim path: ``claim_batch`` and the worker both come here. One
-        transaction (one statement on PostgreSQL), so the acks are durable when
-        it returns and the worker pays one commit per cycle. Returns the ids
-        acked and the handles claimed, in claim order. The arguments are
-        trusted: ``claim_batch`` validates them, the worker checks its id once.
+        transaction (one statement on PostgreSQL for a queue without limits),
+        so the acks are durable when it returns and the worker pays one commit
+        per cycle. A paused queue claims nothing. Returns the ids acked, the
+        handles claimed in claim order, and ``hold_s``: None, or how long a
+        ``max_running`` or ``rate`` limit holds the queue's next claim back
+        (0.0: until a running job finishes). The arguments are trusted:
+        ``claim_batch`` validates them, the worker checks its id once.
         """
-        acked, jobs = self.store.dialect.claim_and_ack(self.name, worker_id, n, worker_id, fences)
-        return set(acked), [JobHandle(self, job) for job in jobs]
+        dialect = self.store.dialect
+        if self.limits is None:
+            acked, jobs = dialect.claim_and_ack(self.name, worker_id, n, worker_id, fences)
+            hold_s = None
+        else:
+            acked, jobs, hold_s = dialect.claim_limited(
+                self.name, worker_id, n, worker_id, fences, self.limits
+            )
+        return set(acked), [JobHandle(self, job) for job in jobs], hold_s
+
+    # --- controls ------------------------------------------------------------
+
+    def pause(self) -> bool:
+        """Stop every worker claiming from this queue; False when it was already paused.
+
+        Durable (a row) and enforced inside every claim: once this commits no
+        claim hands out a job of the queue. Running jobs finish; enqueue still
+        works. Workers hear of it at once on PostgreSQL, within their poll
+        elsewhere, and give back the jobs they hold but have not started.
+        """
+        self.store.check_open()
+        return self.store.dialect.set_paused(self.name, True, self.channel)
+
+    def resume(self) -> bool:
+        """Let workers claim from this queue again; False when it was not paused."""
+        self.store.check_open()
+        return self.store.dialect.set_paused(self.name, False, self.channel)
+
+    def is_paused(self) -> bool:
+        """Return whether the queue is paused (a read of its control row)."""
+        self.store.check_open()
+        return self.name in self.store.dialect.paused_queues()
 
     def ack_batch(self, ids: Sequence[int]) -> int:
         """Ack each id that is processing under an unexpired claim; return how many."""

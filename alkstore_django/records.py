@@ -61,6 +61,8 @@ class QueueStats:
     consumers: int = 0
     # Attempts stopped at their time limit within the last hour.
     timed_out: int = 0
+    # Paused: no worker claims from it until it is resumed.
+    paused: bool = False
 
     @property
     def unconsumed(self) -> bool:

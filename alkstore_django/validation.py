@@ -9,8 +9,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from .conf import QUEUE_OPTION_NAMES
+from .conf import QUEUE_LIMIT_NAMES, QUEUE_OPTION_NAMES, QueueLimits
 from .errors import InvalidArgument, InvalidName, PayloadError, ReservedName
+from .timing import parse_rate
 
 RESERVED_PREFIX = "__alkstore"
 # A b-tree entry must stay well under PostgreSQL's ~2,700-byte limit, so names
@@ -128,6 +129,23 @@ def validate_priority(value: object) -> int:
 def validate_max_attempts(value: object) -> int:
     """Return ``value`` when it is at least 1."""
     return validate_int("max_attempts", value, minimum=1)
+
+
+def validate_queue_limits(opts: dict[str, Any]) -> QueueLimits | None:
+    """Return the ``max_running`` and ``rate`` of a queue's settings, or None when it has neither.
+
+    ``max_running`` is an integer of at least 1; ``rate`` is ``'<n>/<unit>'``
+    (unit s, m or h). Raises ``InvalidArgument`` naming the bad value.
+    """
+    if QUEUE_LIMIT_NAMES.isdisjoint(opts):
+        return None
+    max_running, rate = opts.get("max_running"), opts.get("rate")
+    if max_running is not None:
+        max_running = validate_int("max_running", max_running, minimum=1)
+    starts, period_s = parse_rate(rate) if rate is not None else (None, None)
+    if max_running is None and starts is None:
+        return None
+    return QueueLimits(max_running=max_running, rate_starts=starts, rate_period_s=period_s)
 
 
 def validate_run_at(value: object) -> datetime:

@@ -58,6 +58,10 @@ DB_RETRY_MAX_S = 5.0
 STOP_CHECK_S = 0.25
 # How often the thread pool looks for runs past their time limit.
 LIMIT_CHECK_S = 0.1
+# A queue at its max_running is claimed again when one of this worker's jobs
+# of it finishes, or after this long (a job finishing on another worker
+# sends no wake-up).
+MAX_RUNNING_RECHECK_S = 0.1
 INTERRUPTED = (
     "interrupted: the worker shut down while the handler was still running "
     "(it outlived the {grace_s:g} s grace period)"
@@ -148,6 +152,14 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._rr = 0
         self._db_failures = 0
+        # Queue controls: the paused queues (read by the handler threads
+        # before each job), when a limit lets a queue be claimed again, and
+        # the queues waiting for one of their running jobs to finish here.
+        self._paused: frozenset[str] = frozenset()
+        self._holds: dict[str, float] = {}
+        self._await_finish: set[str] = set()
+        self._controls = threading.Event()
+        self._next_control_check = 0.0
 
     @property
     def stats(self) -> WorkerStats:
@@ -216,6 +228,8 @@ class Worker:
                         self.holdings.renew_due()
                     if time.monotonic() >= self._next_announce:
                         self._announce()
+                    if self._controls.is_set() or time.monotonic() >= self._next_control_check:
+                        self._read_controls()
                     if time.monotonic() >= next_sweep:
                         sweep(self.store, self._queues)
                         next_sweep = time.monotonic() + self.sweep_interval_s
@@ -238,6 +252,10 @@ class Worker:
 
     def _idle_timeout(self, drained: bool) -> float:
         timeout = min(self.poll_interval_s, max(self.holdings.next_beat - time.monotonic(), 0.0))
+        now = time.monotonic()
+        holds = [until for until in self._holds.values() if until > now]
+        if holds:
+            timeout = min(timeout, min(holds) - now)
         if self._acks:
             timeout = min(timeout, ACK_LINGER_S)
         if drained and len(self.holdings) < self.capacity:
@@ -263,6 +281,11 @@ class Worker:
         count = len(self._queues)
         for offset in range(count):
             q = self._queues[(self._rr + offset) % count]
+            if q.name in self._paused:
+                continue
+            if self._holds.get(q.name, 0.0) > time.monotonic():
+                drained = False  # jobs wait for the limit: a burst worker stays
+                continue
             want = self.capacity - len(self.holdings) + len(self._acks)
             if want <= 0:
                 drained = False
@@ -271,7 +294,7 @@ class Worker:
             fences = [(d.held.handle.job.id, d.held.handle.job.generation) for d in acks]
             try:
                 claim_started = time.perf_counter()
-                acked, handles = q.ack_and_claim(self.worker_id, want, fences)
+                acked, handles, hold_s = q.ack_and_claim(self.worker_id, want, fences)
                 self.tally.instruments.claim(q.name, time.perf_counter() - claim_started)
             except BaseException:
                 # Nothing was committed: the acks are tried again.
@@ -279,6 +302,8 @@ class Worker:
                 raise
             if acks:
                 self._report_acks(acks, acked)
+            if q.limits is not None:
+                self._hold(q.name, hold_s)
             if len(handles) == want:
                 drained = False
             now = time.monotonic()
@@ -288,6 +313,30 @@ class Worker:
             claimed += len(handles)
         self._rr += 1
         return claimed, drained
+
+    # --- queue controls --------------------------------------------------------------
+
+    def _hold(self, name: str, hold_s: float | None) -> None:
+        """Record how long a limit holds ``name``'s next claim back (None: it does not)."""
+        self._await_finish.discard(name)
+        if hold_s is None:
+            self._holds.pop(name, None)
+        elif hold_s == 0.0:
+            self._holds[name] = time.monotonic() + MAX_RUNNING_RECHECK_S
+            self._await_finish.add(name)
+        else:
+            self._holds[name] = time.monotonic() + hold_s
+
+    def _read_controls(self) -> None:
+        """Read which of the worker's queues are paused (on a pause or resume, and every poll).
+
+        The claim itself refuses a paused queue; this is for the jobs already
+        held: a handler thread gives back, unstarted, a job of a paused queue.
+        """
+        self._controls.clear()
+        self._next_control_check = time.monotonic() + self.poll_interval_s
+        paused = self.store.dialect.paused_queues()
+        self._paused = frozenset(name for name in self.queue_names if name in paused)
 
     # --- handler threads ------------------------------------------------------------
 
@@ -303,6 +352,11 @@ class Worker:
                 runner.close()
                 tidy_connections(connections.close_all)
                 return
+            if held.handle.job.queue in self._paused:
+                # Not started: the claim's attempt goes back with the job.
+                self._done.put(Done(held, Outcome("release")))
+                self._wake.set()
+                continue
             held.started_at = time.monotonic()
             try:
                 outcome = runner.run(held.handle.job, held.handler, held.slot)
@@ -321,7 +375,7 @@ class Worker:
                 self._wake.set()
 
     def _watch(self) -> None:
-        watch_queues(self.store, self._queues, self._wake, self._halt)
+        watch_queues(self.store, self._queues, self._wake, self._halt, self._controls)
         tidy_connections(connections.close_all)
 
     # --- settling outcomes -------------------------------------------------------------
@@ -341,6 +395,9 @@ class Worker:
                 break
         while self._unsettled:
             done = self._unsettled[0]
+            if self._await_finish and done.held.handle.job.queue in self._await_finish:
+                # One of its running jobs finished here: its place may be free.
+                self._hold(done.held.handle.job.queue, None)
             if done.outcome.kind == "ack" and not has_hooks(done.held.handler):
                 if not self._acks:
                     self._acks_since = time.monotonic()

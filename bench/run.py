@@ -193,6 +193,20 @@ def alkstore_figures(engine: str, url: str, sizes: Sizes, runs: int) -> list[Fig
             if procs == 1:
                 rss.values.append(result["rss_mb"])
     log(f"{engine}: drain done")
+    # Queue controls, in one run next to a plain queue: the limited claim path
+    # (max_running 16 = the 4 processes' threads; a rate of 3000/s).
+    plain = add(f"drain {sizes.drain} no-op, 4 processes, plain queue", "jobs/s")
+    limited = add(f"drain {sizes.drain} no-op, 4 processes, max_running 16", "jobs/s")
+    rated = add(f"drain {sizes.drain} no-op, 4 processes, rate 3000/s", "jobs/s", "<= 3000")
+    for _ in range(runs):
+        for queue, fig in (
+            ("bench.noop", plain),
+            ("bench.limited", limited),
+            ("bench.rated", rated),
+        ):
+            result = run_json([*py, "drain-queue", queue, str(sizes.drain), "4"], env)
+            fig.values.append(result["rate"])
+    log(f"{engine}: queue controls done")
     p50 = add(f"pickup latency p50 ({sizes.latency} jobs)", "ms", "<= 3" if is_pg else "<= 15")
     p99 = add(f"pickup latency p99 ({sizes.latency} jobs)", "ms", "<= 15" if is_pg else "")
     for _ in range(runs):

@@ -51,3 +51,12 @@ DATABASES = {
         os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/alk_perf_bench")
     )
 }
+
+# The queue-control rows of the drain (bench/run.py): the same no-op handler
+# under a max_running and under a rate, next to the plain bench.noop.
+ALKSTORE = {
+    "QUEUES": {
+        "bench.limited": {"max_running": 16},
+        "bench.rated": {"rate": "3000/s"},
+    }
+}

@@ -5,6 +5,7 @@ Usage (the settings select the engine through ``BENCH_DATABASE_URL``)::
     python -m bench.workloads migrate
     python -m bench.workloads enqueue N BATCH        # BATCH 0 = one by one, autocommit
     python -m bench.workloads drain N PROCS [runworker args...]
+    python -m bench.workloads drain-queue QUEUE N PROCS   # bench.noop, .limited or .rated
     python -m bench.workloads latency N
     python -m bench.workloads backlog-fill PENDING DEAD
     python -m bench.workloads backlog-run JOBS
@@ -99,8 +100,8 @@ def worker_env(mark_file: str) -> dict[str, str]:
     return env
 
 
-def cmd_drain(n: int, procs: int, extra: list[str]) -> dict:
-    """Drain ``n`` no-op jobs with ``procs`` ``runworker --burst`` processes.
+def cmd_drain(n: int, procs: int, extra: list[str], queue: str = "bench.noop") -> dict:
+    """Drain ``n`` no-op jobs of ``queue`` with ``procs`` ``runworker --burst`` processes.
 
     The rate is counted from the first handler start in any process (Django's
     start-up excluded) to the exit of the last process; ``wall_rate`` counts
@@ -112,7 +113,7 @@ def cmd_drain(n: int, procs: int, extra: list[str]) -> dict:
     from alkstore_django import store
 
     clear()
-    q = store.queue("bench.noop")
+    q = store.queue(queue)
     for start in range(0, n, 1000):
         q.enqueue_many([None] * min(1000, n - start))
     connections.close_all()
@@ -124,7 +125,7 @@ def cmd_drain(n: int, procs: int, extra: list[str]) -> dict:
         log = open(tmp / f"log-{index}", "w")  # noqa: SIM115
         children.append(
             subprocess.Popen(
-                worker_command("bench.noop", ["--burst", *extra]),
+                worker_command(queue, ["--burst", *extra]),
                 env=worker_env(mark),
                 stdout=subprocess.DEVNULL,
                 stderr=log,
@@ -391,6 +392,8 @@ def main(argv: list[str]) -> None:
         result = cmd_enqueue(int(args[0]), int(args[1]))
     elif command == "drain":
         result = cmd_drain(int(args[0]), int(args[1]), args[2:])
+    elif command == "drain-queue":
+        result = cmd_drain(int(args[1]), int(args[2]), [], queue=args[0])
     elif command == "latency":
         result = cmd_latency(int(args[0]), args[1:])
     elif command == "backlog-fill":

@@ -121,7 +121,9 @@ def runworker(env, *args, wait=True, timeout=90, new_session=False):
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "django", "runworker", "--settings", "tests.settings", *args]
+    # The environment's settings module: a ``settings_variant`` names its own.
+    settings_module = env.get("DJANGO_SETTINGS_MODULE", "tests.settings")
+    cmd = [sys.executable, "-m", "django", "runworker", "--settings", settings_module, *args]
     proc = subprocess.Popen(
         cmd,
         env=env,

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from django.core import checks
 from django.db import connections
 
-from ..conf import app_settings
+from ..conf import QueueLimits, app_settings
 from ..models import DeadJob, Job, Lock, OutcomeMinute, Schedule
 from ..records import EnqueueStamps
 from ..records import Job as JobRecord
@@ -101,6 +101,15 @@ class Watcher:
     def wait(self, timeout_s: float) -> bool:
         """Return True as soon as something may have changed, False on timeout."""
         return bool(self.receive(timeout_s))
+
+    def wait_for_controls(self, timeout_s: float) -> tuple[bool, bool]:
+        """Wait as ``wait``; return (woken, a queue was paused or resumed).
+
+        An engine that carries notification payloads to its watcher says when
+        one is a pause or resume; others return False and leave the worker to
+        read the paused queues on its poll.
+        """
+        return self.wait(timeout_s), False
 
     def close(self) -> None:
         """Close the watcher's connection."""
@@ -489,6 +498,28 @@ class Dialect:
         sql = f"SELECT min(next_run_at), {now} FROM {SCHEDULE_TABLE} WHERE enabled = %s"
         row = self._fetchall(sql, [*now_params, True])[0]
         return self._seconds_until(row[0], row[1])
+
+    # --- queue controls (standard SQL in controls.ControlDialect) ---------------------------
+
+    def set_paused(self, queue: str, paused: bool, channel: str) -> bool:
+        """Pause or resume ``queue`` and notify ``channel``; False when it already was."""
+        raise NotImplementedError
+
+    def paused_queues(self) -> dict[str, datetime | None]:
+        """Return every paused queue with the time it was paused."""
+        raise NotImplementedError
+
+    def claim_limited(
+        self,
+        queue: str,
+        worker_id: str,
+        n: int,
+        ack_worker_id: str,
+        fences: Sequence[tuple[int, int]],
+        limits: QueueLimits,
+    ) -> tuple[list[int], list[JobRecord], float | None]:
+        """``claim_and_ack`` under ``max_running``/``rate``: (acked, jobs, hold_s)."""
+        raise NotImplementedError
 
     # --- operators (standard SQL in operators.OperatorDialect) -----------------------------
 

@@ -55,6 +55,7 @@ from .base import (
     Watcher,
     schedule_params,
 )
+from .controls import CONTROL_TABLE, PAUSED
 from .mysql_schema import CLAIM_INDEX
 from .operators import OperatorDialect
 
@@ -90,6 +91,11 @@ class MysqlDialect(OperatorDialect):
 
     vendor = "mysql"
     supports_skip_locked = True
+    # Not INSERT IGNORE: its shared lock on an existing row, upgraded by the
+    # claim's SELECT … FOR UPDATE in two sessions at once, would deadlock.
+    ensure_control_sql = (
+        f"INSERT INTO {CONTROL_TABLE} (queue) VALUES (%s) ON DUPLICATE KEY UPDATE queue = queue"
+    )
 
     @classmethod
     def check_settings(cls, alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
@@ -228,7 +234,7 @@ class MysqlDialect(OperatorDialect):
         # SKIP LOCKED does not skip them and they compete on priority as new ones.
         def body(cursor: Any) -> tuple[list[int], list[JobRecord]]:
             acked = self._delete_fenced(cursor, ack_worker_id, fences) if fences else []
-            now, lapsed = self._now_and_lapsed(cursor, queue)
+            now, lapsed, paused = self._now_and_lapsed(cursor, queue)
             dead = [row[0] for row in lapsed if not row[1]]
             self._move_to_dead(cursor, dead, "max attempts exceeded", now)
             revive = [row[0] for row in lapsed if row[1]]
@@ -239,6 +245,8 @@ class MysqlDialect(OperatorDialect):
                     f"claim_expires_at = NULL WHERE {match}",
                     params,
                 )
+            if paused:
+                return acked, []
             # Forced: a scan of any other index (a small table invites one)
             # would lock, test and let go of other queues' rows, and a
             # concurrent claim there would skip them as if they were taken.
@@ -285,23 +293,23 @@ class MysqlDialect(OperatorDialect):
             )
         return claimed
 
-    def _now_and_lapsed(self, cursor: Any, queue: str) -> tuple[datetime, list[Any]]:
-        """Read the clock and lock the queue's lapsed claims: (now, [(id, has attempts left)]).
+    def _now_and_lapsed(self, cursor: Any, queue: str) -> tuple[datetime, list[Any], bool]:
+        """Read the clock, whether the queue is paused, and lock its lapsed claims.
 
-        One round trip finds both (the candidates ride the clock's row); the
-        candidates are then locked by primary key, skipping those another
-        claimant holds. At most ``LAPSED_BATCH`` per claim: the rest wait for
-        the next one.
+        Returns (now, [(id, has attempts left)], paused). One round trip finds
+        all three (they ride the clock's row); the candidates are then locked
+        by primary key, skipping those another claimant holds. At most
+        ``LAPSED_BATCH`` per claim: the rest wait for the next one.
         """
         cursor.execute(
             f"SELECT {NOW}, (SELECT JSON_ARRAYAGG(id) FROM (SELECT id FROM {JOB_TABLE} "
             "WHERE queue = %s AND state = 'processing' AND claim_expires_at <= "
-            f"{NOW} LIMIT {LAPSED_BATCH}) AS lapsed)",
-            [queue],
+            f"{NOW} LIMIT {LAPSED_BATCH}) AS lapsed), {PAUSED}",
+            [queue, queue],
         )
-        now, candidates = cursor.fetchone()
+        now, candidates, paused = cursor.fetchone()
         if not candidates:
-            return now, []
+            return now, [], bool(paused)
         ids = json.loads(candidates)
         cursor.execute(
             f"SELECT id, attempts < max_attempts FROM {JOB_TABLE} WHERE id IN "
@@ -309,7 +317,7 @@ class MysqlDialect(OperatorDialect):
             "FOR UPDATE SKIP LOCKED",
             [*ids, now],
         )
-        return now, list(cursor.fetchall())
+        return now, list(cursor.fetchall()), bool(paused)
 
     @staticmethod
     def _lock_matching(

@@ -61,6 +61,8 @@ def prepare_schema(schema_editor: Any, tables: Sequence[str]) -> None:
         schema_editor.execute(
             f"ALTER TABLE {table} CONVERT TO CHARACTER SET utf8mb4 COLLATE {collation}"
         )
+    if JOB_TABLE not in tables:
+        return
     # Django creates alk_job_claim without its WHERE state = 'pending' here:
     # leading with state keeps a claim off the queue's processing rows.
     schema_editor.execute(

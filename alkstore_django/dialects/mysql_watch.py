@@ -36,6 +36,7 @@ import MySQLdb
 from django.db import connections
 
 from .base import JOB_TABLE, Watcher
+from .controls import CONTROL_PAYLOAD
 from .mysql import MESSAGE_TABLE, NOW, marks
 
 logger = logging.getLogger(__name__)
@@ -174,6 +175,11 @@ class MysqlWatcher(Watcher):
 
     def wait(self, timeout_s: float) -> bool:
         return self._watch(timeout_s, wake_on_ready=True) != []
+
+    def wait_for_controls(self, timeout_s: float) -> tuple[bool, bool]:
+        found = self._watch(timeout_s, wake_on_ready=True)
+        control = bool(found) and any(payload == CONTROL_PAYLOAD for _, payload in found or ())
+        return found != [], control
 
     def close(self) -> None:
         if self._conn is not None:

@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from .base import DEAD_TABLE, JOB_TABLE, OUTCOME_TABLE, Dialect
+from .base import DEAD_TABLE, JOB_TABLE, OUTCOME_TABLE
+from .controls import ControlDialect
 
 
-class OperatorDialect(Dialect):
+class OperatorDialect(ControlDialect):
     """``Dialect`` with the operators' statements written once."""
 
     def dead_ids(self, queue: str, after_id: int, limit: int) -> list[int]:

@@ -35,6 +35,7 @@ from .base import (
     STAMP_MARKS,
     Watcher,
 )
+from .controls import CONTROL_PAYLOAD, PAUSED
 from .upserts import OnConflictDialect
 
 logger = logging.getLogger(__name__)
@@ -219,7 +220,9 @@ class PostgresDialect(OnConflictDialect):
         # touch disjoint rows: an acked row's claim is live, a lapsed one's
         # has passed.
         ids = [f[0] for f in fences]
-        params = [ids, [f[1] for f in fences], ids, ack_worker_id, queue, queue, n, n, worker_id]
+        params = [
+            ids, [f[1] for f in fences], ids, ack_worker_id, queue, queue, queue, n, n, worker_id
+        ]  # fmt: skip
         rows = self.fetch_prepared(self._claim_sql, params)
         acked = list(rows[0][0] or ()) if rows else []
         jobs = [self.job_from_row(row[1:]) for row in rows if row[1] is not None]
@@ -242,11 +245,15 @@ class PostgresDialect(OnConflictDialect):
             f"lapsed AS (SELECT j.id, j.priority, j.run_at, j.attempts < j.max_attempts AS live, "
             f"{due} AS due FROM {JOB_TABLE} j WHERE j.queue = %s AND j.state = 'processing' "
             f"AND j.claim_expires_at <= {NOW} FOR UPDATE SKIP LOCKED), "
+            # A paused queue claims nothing; its lapsed claims are still settled.
+            f"held AS (SELECT {PAUSED} AS paused), "
             f"fresh AS (SELECT j.id, j.priority, j.run_at FROM {JOB_TABLE} j WHERE j.queue = %s "
             f"AND j.state = 'pending' AND j.run_at <= {NOW} AND {due} "
+            "AND NOT (SELECT paused FROM held) "
             "ORDER BY j.priority DESC, j.run_at, j.id LIMIT %s FOR UPDATE SKIP LOCKED), "
             "pick AS (SELECT id FROM (SELECT id, priority, run_at FROM fresh UNION ALL "
-            "SELECT id, priority, run_at FROM lapsed WHERE live AND due) AS u "
+            "SELECT id, priority, run_at FROM lapsed WHERE live AND due "
+            "AND NOT (SELECT paused FROM held)) AS u "
             "ORDER BY priority DESC, run_at, id LIMIT %s), "
             # The moves of lapsed rows look them up by primary key the same way
             # as the claim below, whatever the generic plan guesses for lapsed.
@@ -378,6 +385,10 @@ class PostgresWatcher(Watcher):
             # Back off briefly instead of spinning on a dead server.
             time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
             return []
+
+    def wait_for_controls(self, timeout_s: float) -> tuple[bool, bool]:
+        messages = self.receive(timeout_s)
+        return bool(messages), any(payload == CONTROL_PAYLOAD for _, payload in messages)
 
     def _drop(self) -> None:
         if self._conn is not None:

@@ -39,6 +39,7 @@ from .base import (
     STAMP_MARKS,
     Watcher,
 )
+from .controls import PAUSED
 from .upserts import OnConflictDialect
 
 FORMAT = "'%%Y-%%m-%%d %%H:%%M:%%f'"
@@ -51,6 +52,8 @@ class SqliteDialect(OnConflictDialect):
     """SQLite 3.35+ in WAL mode: one writer at a time, readers never blocked."""
 
     vendor = "sqlite"
+    # The write transaction's lock already serializes every claim.
+    row_lock_sql = ""
 
     @classmethod
     def check_settings(cls, alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
@@ -184,6 +187,7 @@ class SqliteDialect(OnConflictDialect):
             f"claim_expires_at = {self.plus_sql('%s', 'visibility_timeout_s')} "
             f"WHERE id IN (SELECT id FROM {JOB_TABLE} WHERE queue = %s AND state = 'pending' "
             "AND +run_at <= %s AND (expires_at IS NULL OR expires_at > %s) "
+            f"AND NOT {PAUSED} "
             f"ORDER BY priority DESC, run_at, id LIMIT %s) RETURNING {JOB_SELECT}"
         )
         acked: list[int] = []
@@ -201,11 +205,17 @@ class SqliteDialect(OnConflictDialect):
                 f"claim_expires_at = NULL WHERE {lapsed} AND attempts < max_attempts",
                 [queue, now],
             )
-            cursor.execute(claim_sql, [worker_id, now, queue, now, now, n])
+            cursor.execute(claim_sql, [worker_id, now, queue, now, now, queue, n])
             rows = cursor.fetchall()
         jobs = [self.job_from_row(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
         return acked, jobs
+
+    def lock_control(self, cursor: Any, queue: str) -> tuple[datetime, bool, datetime | None, int]:
+        # Write before reading: a deferred transaction that reads first cannot
+        # wait for the write lock (SQLITE_BUSY_SNAPSHOT).
+        cursor.execute(self.ensure_control_sql, [queue])
+        return super().lock_control(cursor, queue)
 
     @staticmethod
     def _bury(cursor: Any, where: str, params: list[Any], error: str, now: str) -> int:

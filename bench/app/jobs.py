@@ -27,6 +27,21 @@ def _mark_file():
 
 @handler("bench.noop")
 def noop(job):
+    _first_mark()
+
+
+# The same no-op on the queues with controls (bench/settings.py).
+@handler("bench.limited")
+def limited(job):
+    _first_mark()
+
+
+@handler("bench.rated")
+def rated(job):
+    _first_mark()
+
+
+def _first_mark():
     if "first" not in _marks:
         _marks["first"] = time.monotonic()
         f = _mark_file()

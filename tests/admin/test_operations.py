@@ -97,8 +97,8 @@ def test_queue_overview__counts_every_queue_in_grouped_queries(django_assert_max
     store.queue("o.a").enqueue_many([1, 2])
     store.queue("o.b").enqueue(1, delay_s=600)
     DeadJobFactory.create_batch(3, queue="o.c")
-    # The clock, three grouped counts, the live workers and recent time-outs.
-    with django_assert_max_num_queries(6):
+    # The clock, three grouped counts, the live workers, recent time-outs and the paused queues.
+    with django_assert_max_num_queries(7):
         stats = {s.queue: s for s in operations.queue_overview()}
     assert (stats["o.a"].pending, stats["o.a"].dead) == (2, 0)
     assert stats["o.a"].oldest_pending_age_s is not None

@@ -30,10 +30,33 @@ def test_stats__prints_a_table_per_queue():
     lines = run("stats").splitlines()
     assert lines[0].split() == [
         "queue", "pending", "scheduled", "processing", "overdue", "dead", "oldest", "pending",
+        "state",
     ]  # fmt: skip
     rows = {line.split()[0]: line.split()[1:] for line in lines[2:]}
     assert rows["cmd.a"][:5] == ["2", "0", "0", "0", "0"]
     assert rows["cmd.b"][:5] == ["0", "0", "0", "0", "3"] and rows["cmd.b"][5] == "-"
+    assert rows["cmd.a"][6] == "running"
+
+
+def test_pause_and_resume__change_the_queue_once_and_say_so():
+    q = store.queue("cmd.p")
+    q.enqueue(1)
+    store.queue("cmd.a").enqueue(1)
+    assert "Paused queue 'cmd.p'" in run("pause", "cmd.p")
+    assert "was already paused" in run("pause", "cmd.p")
+    assert q.claim_one("w") is None
+    rows = {line.split()[0]: line.split()[1:] for line in run("stats").splitlines()[2:]}
+    assert rows["cmd.p"][6] == "paused"
+    data = {row["queue"]: row for row in json.loads(run("stats", "--json"))}
+    assert (data["cmd.p"]["paused"], data["cmd.a"]["paused"]) == (True, False)
+    assert "Resumed queue 'cmd.p'" in run("resume", "cmd.p")
+    assert "was not paused" in run("resume", "cmd.p")
+    assert q.claim_one("w") is not None
+
+
+def test_pause__refuses_a_bad_queue_name_by_name():
+    with pytest.raises(CommandError, match="Invalid queue name ''"):
+        run("pause", "")
 
 
 def test_stats__json_for_machines():

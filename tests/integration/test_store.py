@@ -96,12 +96,29 @@ def test_checks__pass_for_a_good_configuration():
         ({"POLL_INTERVAL_S": -1}, "ALKSTORE['POLL_INTERVAL_S']", "alkstore.E004"),
         ({"POLL_INTERVAL_S": True}, "ALKSTORE['POLL_INTERVAL_S']", "alkstore.E004"),
         ({"MAX_PAYLOAD_BYTES": "1MB"}, "ALKSTORE['MAX_PAYLOAD_BYTES']", "alkstore.E005"),
+        (
+            {"QUEUES": {"q": {"max_running": 0}}},
+            "['max_running']: Invalid max_running 0",
+            "alkstore.E011",
+        ),
+        ({"QUEUES": {"q": {"max_running": 2.5}}}, "Invalid max_running 2.5", "alkstore.E011"),
+        ({"QUEUES": {"q": {"rate": "100/d"}}}, "['rate']: Invalid rate '100/d'", "alkstore.E012"),
+        ({"QUEUES": {"q": {"rate": "1 00/m"}}}, "Invalid rate '1 00/m'", "alkstore.E012"),
     ],
 )
 def test_checks__name_the_bad_key(alkstore, shown, check_id):
     found = messages(**alkstore)
     assert [m.id for m in found] == [check_id]
     assert shown in found[0].msg
+
+
+def test_checks__report_a_bad_max_running_and_rate_each_on_its_own():
+    found = messages(QUEUES={"q": {"max_running": -1, "rate": "fast", "max_attempts": 2}})
+    assert [m.id for m in found] == ["alkstore.E011", "alkstore.E012"]
+
+
+def test_checks__accept_good_limits():
+    assert messages(QUEUES={"q": {"max_running": 3, "rate": "100/m", "max_attempts": 2}}) == []
 
 
 def test_check_command__fails_naming_the_bad_key():

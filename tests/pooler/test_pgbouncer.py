@@ -78,7 +78,7 @@ def test_hot_paths__leave_no_prepared_statement_on_any_pooled_server_connection(
         q.enqueue_many([{"n": index}, {"n": -index}])
         for handle in q.claim_batch(f"w{index}", 2):
             assert handle.ack() is True
-        _, handles = q.ack_and_claim(f"w{index}", 5)
+        _, handles, _ = q.ack_and_claim(f"w{index}", 5)
         return len(handles)
 
     # More client connections than server connections: their transactions

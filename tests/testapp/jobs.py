@@ -61,5 +61,18 @@ def exit_process(job):
     os._exit(3)
 
 
+@handler("t.tracked")
+def tracked(job):
+    """Append its start and end to the file ``payload["log"]``: the queue-control tests count
+    overlapping runs and starts per second from these lines, written by the handlers themselves.
+    """
+    path = job.payload["log"]
+    with open(path, "a") as log:
+        log.write(f"start {job.id} {time.time():.6f}\n")
+    time.sleep(float(job.payload.get("sleep_s", 0)))
+    with open(path, "a") as log:
+        log.write(f"end {job.id} {time.time():.6f}\n")
+
+
 # The chaos, hostile-handler and process-pool suites' handlers.
 from . import chaos_jobs, hostile_jobs, pool_jobs  # noqa: E402, F401

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from alkstore_django.errors import InvalidSpec
+from alkstore_django.errors import InvalidArgument, InvalidSpec
 from alkstore_django.specs import EverySpec, parse_spec
-from alkstore_django.timing import BACKOFF_CAP_S, backoff_s
+from alkstore_django.timing import BACKOFF_CAP_S, backoff_s, parse_rate
 
 
 @pytest.mark.parametrize(
@@ -85,3 +85,19 @@ def test_backoff__caps_at_an_hour_even_for_absurd_attempts():
 
 def test_backoff__zero_base_means_no_delay():
     assert backoff_s(10, 0) == 0
+
+
+@pytest.mark.parametrize(
+    ("rate", "expected"),
+    [("100/m", (100, 60)), ("20/s", (20, 1)), ("1/h", (1, 3600)), ("999999999/s", (999999999, 1))],
+)
+def test_parse_rate__reads_starts_per_period(rate, expected):
+    assert parse_rate(rate) == expected
+
+
+@pytest.mark.parametrize(
+    "rate", ["0/s", "-1/s", "1.5/s", "10/d", "10 /m", "10/m ", "/m", "10", "010/s", None, 10]
+)
+def test_parse_rate__refuses_anything_else_naming_it(rate):
+    with pytest.raises(InvalidArgument, match=f"Invalid rate {rate!r}: expected '<n>/<unit>'"):
+        parse_rate(rate)

@@ -1,4 +1,4 @@
-"""``manage.py alkstore``: queue stats, dead letters (list, show, requeue, purge), schedules."""
+"""``manage.py alkstore``: stats, pause/resume, dead letters, requeue, purge, schedules."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ from ...errors import AlkstoreError
 from ...records import Job, Schedule
 from ..arguments import database_alias, positive_int
 
-STATS_COLUMNS = ("queue", "pending", "scheduled", "processing", "overdue", "dead", "oldest pending")
+STATS_COLUMNS = (
+    "queue", "pending", "scheduled", "processing", "overdue", "dead", "oldest pending", "state",
+)  # fmt: skip
 DEAD_COLUMNS = ("id", "queue", "attempts", "died at", "error")
 SCHEDULE_COLUMNS = ("name", "spec", "zone", "misfire", "queue", "state", "from",
                     "next run (zone)", "next run (UTC)", "last fired", "last error")  # fmt: skip
@@ -29,8 +31,8 @@ MISSING_SHOWN = 10
 
 class Command(BaseCommand):
     help = (
-        "Inspect and repair queues: stats, dead letters (list, show), requeue, purge-dead, "
-        "schedules."
+        "Inspect and repair queues: stats, pause, resume, dead letters (list, show), requeue, "
+        "purge-dead, schedules."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -43,6 +45,12 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="subcommand", required=True)
         stats = sub.add_parser("stats", help="Print every queue's counts.")
         stats.add_argument("--json", action="store_true", help="Print JSON for machines.")
+        pause = sub.add_parser(
+            "pause", help="Stop every worker claiming from a queue (running jobs finish)."
+        )
+        pause.add_argument("queue", help="The queue to pause.")
+        resume = sub.add_parser("resume", help="Let workers claim from a paused queue again.")
+        resume.add_argument("queue", help="The queue to resume.")
         dead = sub.add_parser("dead", help="List dead letters, or show one.")
         dead_sub = dead.add_subparsers(dest="dead_command", required=True)
         listing = dead_sub.add_parser("list", help="The newest dead letters, newest first.")
@@ -88,6 +96,8 @@ class Command(BaseCommand):
         try:
             if command == "stats":
                 self.stats(using, as_json=options["json"])
+            elif command in ("pause", "resume"):
+                self.pause(using, options["queue"], paused=command == "pause")
             elif command == "dead" and options["dead_command"] == "list":
                 self.dead_list(using, options["queue"], options["limit"], as_json=options["json"])
             elif command == "dead":
@@ -140,10 +150,25 @@ class Command(BaseCommand):
                 s.queue,
                 *map(str, (s.pending, s.scheduled, s.processing, s.overdue, s.dead)),
                 format_age(s.oldest_pending_age_s),
+                "paused" if s.paused else "running",
             )
             for s in stats
         ]
-        self._table(STATS_COLUMNS, rows, "lrrrrrr")
+        self._table(STATS_COLUMNS, rows, "lrrrrrrl")
+
+    def pause(self, using: str, queue: str, *, paused: bool) -> None:
+        changed = operations.set_queue_paused(queue, paused, using=using)
+        if paused and changed:
+            self.stdout.write(
+                f"Paused queue {queue!r}: workers claim nothing from it; running jobs finish, "
+                "enqueues are kept."
+            )
+        elif paused:
+            self.stdout.write(f"Queue {queue!r} was already paused: nothing changed.")
+        elif changed:
+            self.stdout.write(f"Resumed queue {queue!r}: workers claim from it again.")
+        else:
+            self.stdout.write(f"Queue {queue!r} was not paused: nothing changed.")
 
     def schedules(self, using: str, *, as_json: bool) -> None:
         schedules = operations.list_schedules(using=using)
