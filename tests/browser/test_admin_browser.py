@@ -1,7 +1,7 @@
 """End to end in a real browser: log in, read the overview, requeue a dead letter, see it run.
 
 Also: delete dead letters through the confirmation page, watch the worker on the
-live-workers page, pause a schedule, and the task-results list fits a 1400 px
+live-workers page, pause a queue and a schedule, and the task-results list fits a 1400 px
 window.
 
 Debian's ``chromium`` is driven by Playwright for Python (Playwright cannot
@@ -159,6 +159,8 @@ def test_operator_requeues_a_dead_letter_and_a_worker_runs_it(
     assert not Job.objects.filter(id=dead_id).exists()
     assert DeadJob.objects.filter(queue="emails").count() == 13 - 2  # two deleted
     assert not Schedule.objects.get(name="nightly-digest").enabled
+    assert store.queue("thumbnails").is_paused()
+    assert not store.queue("emails").is_paused()
     assert Schedule.objects.get(name="cleanup").enabled
 
 
@@ -186,6 +188,14 @@ def drive(
     assert row.nth(4).inner_text() == "1"  # one dead letter
     assert page.locator("#alk-chart rect.acked").count() > 0
     page.screenshot(path=str(screenshots / "overview.png"), full_page=True)
+
+    # Pausing a queue from its overview row: the message, and the row says so.
+    page.locator('tr[data-queue="thumbnails"] form.alk-control button').click()
+    page.wait_for_selector("ul.messagelist")
+    assert "Queue 'thumbnails': Paused" in page.locator("ul.messagelist").inner_text()
+    assert page.locator('tr[data-queue="thumbnails"] .alk-paused').is_visible()
+    assert page.locator(f'tr[data-queue="{QUEUE}"] .alk-paused').count() == 0
+    page.locator("#alk-queues").screenshot(path=str(screenshots / "overview-paused.png"))
 
     page.goto(f"{base}/admin/alkstore_django/deadjob/?queue=emails")
     page.screenshot(path=str(screenshots / "dead-letters.png"))
