@@ -249,14 +249,16 @@ def cancel_jobs(ids: Iterable[int], *, using: str | None = None) -> int:
     """Delete the live jobs ``ids`` whatever their state; return how many were deleted.
 
     A running handler is not interrupted: its later ack simply finds nothing.
+    Their unique keys are freed, ``unique_for_s`` windows included.
     """
-    from .models import Job
+    from .models import Job, UniqueWindow
 
     alias = _alias(using)
     total = 0
     with transaction.atomic(using=alias):
         for chunk in _chunks(_ids(ids), DEFAULT_BATCH_SIZE):
             deleted, _ = Job.objects.using(alias).filter(id__in=chunk).delete()
+            UniqueWindow.objects.using(alias).filter(job_id__in=chunk).delete()
             total += deleted
     return total
 
