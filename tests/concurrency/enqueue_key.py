@@ -1,0 +1,36 @@
+"""An enqueuing process for the unique-key race: enqueue one key many times, print the ids.
+
+Usage: python -m tests.concurrency.enqueue_key QUEUE KEY COUNT GO_FILE NAME
+It waits for GO_FILE to exist (so both processes start racing at once), then
+enqueues COUNT jobs with unique key KEY and prints the ids it got back as one
+JSON list.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+def main() -> None:
+    queue_name, key, count, go_file, name = sys.argv[1:6]
+    import django
+
+    django.setup()
+    from alkstore_django import store
+
+    open(f"{go_file}.ready-{name}", "w").close()
+    deadline = time.monotonic() + 30
+    while not os.path.exists(go_file):
+        if time.monotonic() > deadline:
+            raise SystemExit("never told to go")
+        time.sleep(0.005)
+    queue = store.queue(queue_name)
+    ids = [queue.enqueue({"by": name, "n": n}, unique_key=key) for n in range(int(count))]
+    print(json.dumps(ids))
+
+
+if __name__ == "__main__":
+    main()
