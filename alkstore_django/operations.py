@@ -263,6 +263,57 @@ def cancel_jobs(ids: Iterable[int], *, using: str | None = None) -> int:
     return total
 
 
+def retry_now(
+    ids: Iterable[int] | None = None, *, queue: str | None = None, using: str | None = None
+) -> int:
+    """Make live jobs waiting for a retry due now; return how many.
+
+    Waiting for a retry means pending, attempted at least once and due later
+    (its backoff, or the delay its handler asked for). ``ids`` selects jobs
+    by id (restricted to ``queue`` when it is also given); ``queue`` alone
+    selects every waiting job of that queue. Nothing else changes: the
+    attempts already spent stay spent. One transaction; workers on the
+    queues are woken on commit.
+    """
+    from .queues import channel_for
+
+    if ids is None and queue is None:
+        raise InvalidArgument("Nothing to retry: expected job ids, a queue, or both.")
+    if queue is not None:
+        validate_name("queue", queue, allow_reserved=True)
+    selected = None if ids is None else _ids(ids)
+    sql = _dialect(using)
+    total = 0
+    with sql.write_transaction() as cursor:
+        chunks = (None,) if selected is None else _chunks(selected, MAX_BATCH_SIZE)
+        for chunk in chunks:
+            changed, queues = sql.retry_now(cursor, chunk, queue)
+            total += changed
+            # Sent inside the transaction, the wake-ups are delivered only on commit.
+            for name in queues:
+                sql.notify(channel_for(name), "")
+    return total
+
+
+def not_waiting(
+    ids: Iterable[int], *, queue: str | None = None, using: str | None = None
+) -> list[int]:
+    """Return those of ``ids`` that are not live jobs waiting for a retry (of ``queue``), sorted."""
+    from .models import Job
+
+    wanted = _ids(ids)
+    rows = Job.objects.using(_alias(using)).filter(
+        state="pending", attempts__gt=0, run_at__gt=_dialect(using).database_now()
+    )
+    if queue is not None:
+        validate_name("queue", queue, allow_reserved=True)
+        rows = rows.filter(queue=queue)
+    found: set[int] = set()
+    for chunk in _chunks(wanted, DEFAULT_BATCH_SIZE):
+        found.update(rows.filter(id__in=chunk).values_list("id", flat=True))
+    return [i for i in wanted if i not in found]
+
+
 def set_schedules_enabled(ids: Iterable[int], enabled: bool, *, using: str | None = None) -> int:
     """Resume (``enabled=True``) or pause schedules by id; return how many changed.
 

@@ -615,6 +615,32 @@ class Dialect:
 
     # --- operators (standard SQL in operators.OperatorDialect) -----------------------------
 
+    def retry_now(
+        self, cursor: Any, ids: Sequence[int] | None, queue: str | None
+    ) -> tuple[int, list[str]]:
+        """Make jobs waiting for a retry due now, inside the caller's write transaction.
+
+        Waiting for a retry: pending, attempted at least once, due later (a
+        backoff, or a retry's or snooze's delay). ``ids`` and ``queue``
+        narrow the selection (None: any). Returns how many rows changed and
+        the queues they are in, to wake.
+        """
+        now, now_params = self.now_sql()
+        where, params = f"state = 'pending' AND attempts > 0 AND run_at > {now}", [*now_params]
+        if ids is not None:
+            match, match_params = self.ids_sql(ids)
+            where, params = f"{where} AND {match}", [*params, *match_params]
+        if queue is not None:
+            where, params = f"{where} AND queue = %s", [*params, queue]
+        cursor.execute(f"SELECT DISTINCT queue FROM {JOB_TABLE} WHERE {where}", params)
+        queues = sorted(row[0] for row in cursor.fetchall())
+        if not queues:
+            return 0, []
+        cursor.execute(
+            f"UPDATE {JOB_TABLE} SET run_at = {now} WHERE {where}", [*now_params, *params]
+        )
+        return cursor.rowcount, queues
+
     def set_schedules_enabled(self, ids: Sequence[int], enabled: bool) -> int:
         """Pause or resume schedules; return how many rows changed."""
         raise NotImplementedError

@@ -1,4 +1,4 @@
-"""``manage.py alkstore``: queue stats, dead letters (list, show, requeue, purge)."""
+"""``manage.py alkstore``: queue stats, dead letters (list, show, requeue, purge), retry now."""
 
 from __future__ import annotations
 
@@ -24,7 +24,10 @@ MISSING_SHOWN = 10
 
 
 class Command(BaseCommand):
-    help = "Inspect and repair queues: stats, dead letters (list, show), requeue, purge-dead."
+    help = (
+        "Inspect and repair queues: stats, dead letters (list, show), requeue, purge-dead, "
+        "retry (jobs waiting for a retry, due now)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -63,6 +66,18 @@ class Command(BaseCommand):
         requeue.add_argument(
             "--dry-run", action="store_true", help="Say how many would move; move nothing."
         )
+        retry = sub.add_parser(
+            "retry", help="Make jobs waiting for a retry (their backoff) due now, by id or queue."
+        )
+        retry.add_argument("--queue", default=None, help="Every waiting job of this queue.")
+        retry.add_argument(
+            "--id",
+            dest="ids",
+            type=int,
+            nargs="+",
+            action="extend",
+            help="Only these job ids (repeatable); with --queue, only if they are in it.",
+        )
         purge = sub.add_parser("purge-dead", help="Delete a queue's old dead letters.")
         purge.add_argument("--queue", required=True, help="The queue whose dead letters to purge.")
         purge.add_argument(
@@ -83,6 +98,8 @@ class Command(BaseCommand):
                 self.dead_show(using, options["id"], as_json=options["json"])
             elif command == "requeue":
                 self.requeue(using, options["queue"], options["ids"], dry_run=options["dry_run"])
+            elif command == "retry":
+                self.retry(using, options["queue"], options["ids"])
             else:
                 self.purge(using, options["queue"], options["older_than"])
         except AlkstoreError as exc:
@@ -241,6 +258,28 @@ class Command(BaseCommand):
             f"Queue {queue!r} has no dead letters: nothing requeued. "
             f"Queues with dead letters: {known}."
         )
+
+    def retry(self, using: str, queue: str | None, ids: list[int] | None) -> None:
+        if queue is None and ids is None:
+            raise CommandError(
+                "Nothing to retry: give --id JOB_ID (repeatable), --queue QUEUE, or both."
+            )
+        where = "" if queue is None else f" in queue {queue!r}"
+        if ids is not None:
+            # All or nothing: a mistyped id must not retry the others silently.
+            missing = operations.not_waiting(ids, queue=queue, using=using)
+            if missing:
+                shown = ", ".join(map(str, missing[:MISSING_SHOWN]))
+                more = len(missing) - MISSING_SHOWN
+                raise CommandError(
+                    f"No job {shown}{f' and {more} more' if more > 0 else ''} waiting for a "
+                    f"retry{where} (unknown, running, due already, or never attempted): "
+                    "nothing retried."
+                )
+        retried = operations.retry_now(ids, queue=queue, using=using)
+        if retried == 0 and ids is None:
+            raise CommandError(f"No job waiting for a retry{where}: nothing retried.")
+        self.stdout.write(self.style.SUCCESS(f"Made {retried} job(s){where} due now."))
 
     def purge(self, using: str, queue: str, older_than: str) -> None:
         try:
