@@ -215,3 +215,13 @@ def test_enqueue_many__refuses_keys_that_do_not_match_the_payloads():
     with pytest.raises(InvalidArgument, match="Invalid unique_key None"):
         q.enqueue_many([1, 2], unique_keys=["a", None])
     assert live_count() == 0
+
+
+def test_outbox_enqueue__keeps_one_undelivered_message_per_key():
+    outbox = store.outbox("hooks")
+    first = outbox.enqueue({"n": 1}, unique_key="order:1")
+    assert outbox.enqueue({"n": 2}, unique_key="order:1") == first
+    with pytest.raises(DuplicateJob):
+        outbox.enqueue({"n": 3}, unique_key="order:1", on_duplicate="raise")
+    assert outbox.run_once("w", lambda handle: None)
+    assert outbox.enqueue({"n": 4}, unique_key="order:1") != first

@@ -109,3 +109,13 @@ def returns_nan():
 @task()
 def returns_nul():
     return "bad \x00 byte"
+
+
+@alkstore_task(unique=True)
+def unique_add(a, b):
+    return a + b
+
+
+@alkstore_task(unique=True, unique_for_s=3600)
+def unique_for_an_hour(n):
+    return n
