@@ -111,6 +111,7 @@ class DeadJobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
         "worker_id",
         "expires_at",
         "timeout_s",
+        "unique_key",
     )
     readonly_fields = fields
 
@@ -303,6 +304,7 @@ class JobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
         "timeout_s",
         "retry_base_s",
         "last_error",
+        "unique_key",
         "payload_pretty",
     )
     fields = readonly_fields

@@ -184,3 +184,9 @@ def test_retry_now_action__needs_change_permission(staff_client):
     post_action(staff_client("view_job", "delete_job"), url, "retry_now", [waiting])
     assert store.queue("live.q").claim_one("w") is None
     assert not LogEntry.objects.exists()
+
+
+def test_job_detail__shows_its_unique_key(admin_client):
+    job_id = store.queue("live.q").enqueue({}, unique_key="order:<42>")
+    response = admin_client.get(reverse("admin:alkstore_django_job_change", args=[job_id]))
+    assert "order:&lt;42&gt;" in response.content.decode()
