@@ -12,7 +12,7 @@ from .failures import loggable
 from .handlers import outbox_queue_name, validate_outbox_name
 from .job_runs import run_handler, settle
 from .queues import JobHandle, Queue
-from .validation import validate_worker_id
+from .validation import OnDuplicate, validate_worker_id
 
 if TYPE_CHECKING:
     from .store import Store
@@ -59,7 +59,7 @@ class Outbox:
         timeout_s: float | None = None,
         unique_key: str | None = None,
         unique_for_s: float | None = None,
-        on_duplicate: str = "return",
+        on_duplicate: OnDuplicate = "return",
     ) -> int:
         """Write one message and return its id; resolution as ``Queue.enqueue``.
 

@@ -17,6 +17,7 @@ from .records import EnqueueStamps, Job, QueueStats, SweepResult
 from .signals import job_enqueued
 from .timing import backoff_s
 from .validation import (
+    OnDuplicate,
     encode_payload,
     validate_duration,
     validate_int,
@@ -45,7 +46,10 @@ def channel_for(name: str) -> str:
 
 
 def _unique_keys(
-    keys: Iterable[str | None] | None, count: int, unique_for_s: float | None, on_duplicate: str
+    keys: Iterable[str | None] | None,
+    count: int,
+    unique_for_s: float | None,
+    on_duplicate: OnDuplicate,
 ) -> list[str]:
     """Validate the unique options of an enqueue of ``count`` payloads; return the keys."""
     validate_on_duplicate(on_duplicate)
@@ -107,7 +111,7 @@ class Queue:
         timeout_s: float | None = None,
         unique_key: str | None = None,
         unique_for_s: float | None = None,
-        on_duplicate: str = "return",
+        on_duplicate: OnDuplicate = "return",
     ) -> int:
         """Write one pending job and return its id.
 
@@ -146,7 +150,7 @@ class Queue:
         timeout_s: float | None = None,
         unique_keys: Iterable[str] | None = None,
         unique_for_s: float | None = None,
-        on_duplicate: str = "return",
+        on_duplicate: OnDuplicate = "return",
     ) -> list[int]:
         """Write many pending jobs in one statement and return their ids in order.
 
@@ -189,7 +193,7 @@ class Queue:
         encoded: list[str],
         keys: list[str],
         unique_for_s: float | None,
-        on_duplicate: str,
+        on_duplicate: OnDuplicate,
     ) -> list[int]:
         """Write the payloads whose key is free; return each payload's job id or its key's holder's.
 

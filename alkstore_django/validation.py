@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from .conf import QUEUE_OPTION_NAMES
 from .errors import InvalidArgument, InvalidName, PayloadError, ReservedName
@@ -73,6 +73,8 @@ def validate_worker_id(worker_id: object) -> str:
     return worker_id
 
 
+#: What a keyed enqueue does when its key is taken: return the holder's id, or raise.
+OnDuplicate = Literal["return", "raise"]
 ON_DUPLICATE = ("return", "raise")
 
 
@@ -93,7 +95,7 @@ def validate_unique_key(value: object) -> str:
     return value
 
 
-def validate_on_duplicate(value: object) -> str:
+def validate_on_duplicate(value: object) -> OnDuplicate:
     """Return ``value`` when it is one of ``ON_DUPLICATE``."""
     if value not in ON_DUPLICATE:
         raise InvalidArgument(
