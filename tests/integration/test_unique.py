@@ -12,7 +12,7 @@ from alkstore_django import store
 from alkstore_django.errors import DuplicateJob, InvalidArgument
 from alkstore_django.models import DeadJob, Job, UniqueWindow
 from alkstore_django.operations import requeue_dead
-from tests.helpers import expire_job, live_count
+from tests.helpers import db_now, expire_job, live_count
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -225,3 +225,22 @@ def test_outbox_enqueue__keeps_one_undelivered_message_per_key():
         outbox.enqueue({"n": 3}, unique_key="order:1", on_duplicate="raise")
     assert outbox.run_once("w", lambda handle: None)
     assert outbox.enqueue({"n": 4}, unique_key="order:1") != first
+
+
+def test_a_keyed_job_keeps_every_stamp_of_its_enqueue():
+    q = store.queue("u", visibility_timeout_s=42)
+    at = (db_now() + timedelta(hours=1)).replace(microsecond=0)
+    first = store.get_job(
+        q.enqueue(
+            {"n": 1}, unique_key="at", run_at=at, priority=5, expires_s=7200, max_attempts=9,
+            timeout_s=3,
+        )
+    )  # fmt: skip
+    assert first.run_at == at
+    assert (first.priority, first.max_attempts, first.timeout_s) == (5, 9, 3)
+    assert (first.visibility_timeout_s, first.payload) == (42, {"n": 1})
+    assert abs((first.expires_at - first.enqueued_at).total_seconds() - 7200) < 0.01
+    (second_id,) = q.enqueue_many([{"n": 2}], unique_keys=["delay"], delay_s=60)
+    second = store.get_job(second_id)
+    assert abs((second.run_at - second.enqueued_at).total_seconds() - 60) < 0.01
+    assert second.expires_at is None
