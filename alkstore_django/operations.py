@@ -24,6 +24,8 @@ from .timing import UNIT_SECONDS
 from .validation import validate_duration, validate_int, validate_name
 
 if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
     from .dialects import Dialect
     from .queues import Queue
     from .store import Store
@@ -185,11 +187,16 @@ def missing_dead(
     """Return those of ``ids`` that are not dead letters (of ``queue`` when given), sorted."""
     from .models import DeadJob
 
-    wanted = _ids(ids)
     rows = DeadJob.objects.using(_alias(using))
     if queue is not None:
         validate_name("queue", queue, allow_reserved=True)
         rows = rows.filter(queue=queue)
+    return _absent(ids, rows)
+
+
+def _absent(ids: Iterable[int], rows: QuerySet[Any]) -> list[int]:
+    """Return those of ``ids`` (validated) that are not among ``rows``, sorted."""
+    wanted = _ids(ids)
     found: set[int] = set()
     for chunk in _chunks(wanted, DEFAULT_BATCH_SIZE):
         found.update(rows.filter(id__in=chunk).values_list("id", flat=True))
@@ -301,17 +308,13 @@ def not_waiting(
     """Return those of ``ids`` that are not live jobs waiting for a retry (of ``queue``), sorted."""
     from .models import Job
 
-    wanted = _ids(ids)
     rows = Job.objects.using(_alias(using)).filter(
         state="pending", attempts__gt=0, run_at__gt=_dialect(using).database_now()
     )
     if queue is not None:
         validate_name("queue", queue, allow_reserved=True)
         rows = rows.filter(queue=queue)
-    found: set[int] = set()
-    for chunk in _chunks(wanted, DEFAULT_BATCH_SIZE):
-        found.update(rows.filter(id__in=chunk).values_list("id", flat=True))
-    return [i for i in wanted if i not in found]
+    return _absent(ids, rows)
 
 
 def set_schedules_enabled(ids: Iterable[int], enabled: bool, *, using: str | None = None) -> int:

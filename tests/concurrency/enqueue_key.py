@@ -9,9 +9,7 @@ JSON list.
 from __future__ import annotations
 
 import json
-import os
 import sys
-import time
 
 
 def main() -> None:
@@ -20,13 +18,9 @@ def main() -> None:
 
     django.setup()
     from alkstore_django import store
+    from tests.concurrency.starting_line import wait_for_go
 
-    open(f"{go_file}.ready-{name}", "w").close()
-    deadline = time.monotonic() + 30
-    while not os.path.exists(go_file):
-        if time.monotonic() > deadline:
-            raise SystemExit("never told to go")
-        time.sleep(0.005)
+    wait_for_go(go_file, name)
     queue = store.queue(queue_name)
     ids = [queue.enqueue({"by": name, "n": n}, unique_key=key) for n in range(int(count))]
     print(json.dumps(ids))

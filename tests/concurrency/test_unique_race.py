@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 
@@ -12,7 +11,7 @@ from django.db import connections, transaction
 
 from alkstore_django import store
 from alkstore_django.models import Job
-from tests.concurrency.test_exactly_once import run_threads
+from tests.concurrency.starting_line import race, run_threads
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
@@ -42,26 +41,13 @@ def test_two_processes_enqueue_one_key_200_times_each__exactly_one_live_job(
 ):
     connections.close_all()
     go_file = tmp_path / "go"
-    module = ["-m", "tests.concurrency.enqueue_key", "race.unique", "k", str(ENQUEUES)]
-    children = [
-        subprocess.Popen(
-            [python, *module, str(go_file), f"p{i}"],
-            cwd=ROOT,
-            env=subprocess_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    deadline = time.monotonic() + 30
-    while len(list(tmp_path.glob("go.ready-*"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    go_file.touch()
-    outputs = [child.communicate(timeout=90) for child in children]
-    for child, (_, err) in zip(children, outputs, strict=True):
-        assert child.returncode == 0, err
-    returned = {i for out, _ in outputs for i in json.loads(out.strip().splitlines()[-1])}
+    module = [python, "-m", "tests.concurrency.enqueue_key", "race.unique", "k", str(ENQUEUES)]
+    outputs = race(
+        [[*module, str(go_file), f"p{i}"] for i in range(2)], go_file, cwd=ROOT, env=subprocess_env
+    )
+    for returncode, _, err in outputs:
+        assert returncode == 0, err
+    returned = {i for _, out, _ in outputs for i in json.loads(out.strip().splitlines()[-1])}
     (job_id,) = live_ids("race.unique")
     assert returned == {job_id}
 

@@ -16,11 +16,17 @@ from ...conf import app_settings
 from ...display import error_summary, format_age, format_timestamp
 from ...errors import AlkstoreError
 from ...records import Job
-from ..arguments import database_alias, positive_int
+from ..arguments import add_ids_option, database_alias, positive_int
 
 STATS_COLUMNS = ("queue", "pending", "scheduled", "processing", "overdue", "dead", "oldest pending")
 DEAD_COLUMNS = ("id", "queue", "attempts", "died at", "error")
 MISSING_SHOWN = 10
+
+
+def _listed(ids: Sequence[int]) -> str:
+    """Return the first ``MISSING_SHOWN`` of ``ids``, comma-separated, and how many more."""
+    more = len(ids) - MISSING_SHOWN
+    return ", ".join(map(str, ids[:MISSING_SHOWN])) + (f" and {more} more" if more > 0 else "")
 
 
 class Command(BaseCommand):
@@ -55,13 +61,8 @@ class Command(BaseCommand):
         show.add_argument("--json", action="store_true", help="Print JSON for machines.")
         requeue = sub.add_parser("requeue", help="Requeue a queue's dead letters (or some ids).")
         requeue.add_argument("--queue", required=True, help="The queue whose dead letters to move.")
-        requeue.add_argument(
-            "--id",
-            dest="ids",
-            type=int,
-            nargs="+",
-            action="extend",
-            help="Only these dead letter ids (repeatable); all of the queue's when omitted.",
+        add_ids_option(
+            requeue, "Only these dead letter ids (repeatable); all of the queue's when omitted."
         )
         requeue.add_argument(
             "--dry-run", action="store_true", help="Say how many would move; move nothing."
@@ -70,13 +71,8 @@ class Command(BaseCommand):
             "retry", help="Make jobs waiting for a retry (their backoff) due now, by id or queue."
         )
         retry.add_argument("--queue", default=None, help="Every waiting job of this queue.")
-        retry.add_argument(
-            "--id",
-            dest="ids",
-            type=int,
-            nargs="+",
-            action="extend",
-            help="Only these job ids (repeatable); with --queue, only if they are in it.",
+        add_ids_option(
+            retry, "Only these job ids (repeatable); with --queue, only if they are in it."
         )
         purge = sub.add_parser("purge-dead", help="Delete a queue's old dead letters.")
         purge.add_argument("--queue", required=True, help="The queue whose dead letters to purge.")
@@ -229,11 +225,8 @@ class Command(BaseCommand):
             # All or nothing: a mistyped id must not requeue the others silently.
             missing = operations.missing_dead(ids, queue=queue, using=using)
             if missing:
-                shown = ", ".join(map(str, missing[:MISSING_SHOWN]))
-                more = len(missing) - MISSING_SHOWN
                 raise CommandError(
-                    f"No dead letter {shown}{f' and {more} more' if more > 0 else ''} "
-                    f"in queue {queue!r}: nothing requeued."
+                    f"No dead letter {_listed(missing)} in queue {queue!r}: nothing requeued."
                 )
         if dry_run:
             count = len(set(ids)) if ids is not None else operations.count_dead(queue, using=using)
@@ -269,12 +262,9 @@ class Command(BaseCommand):
             # All or nothing: a mistyped id must not retry the others silently.
             missing = operations.not_waiting(ids, queue=queue, using=using)
             if missing:
-                shown = ", ".join(map(str, missing[:MISSING_SHOWN]))
-                more = len(missing) - MISSING_SHOWN
                 raise CommandError(
-                    f"No job {shown}{f' and {more} more' if more > 0 else ''} waiting for a "
-                    f"retry{where} (unknown, running, due already, or never attempted): "
-                    "nothing retried."
+                    f"No job {_listed(missing)} waiting for a retry{where} (unknown, running, "
+                    "due already, or never attempted): nothing retried."
                 )
         retried = operations.retry_now(ids, queue=queue, using=using)
         if retried == 0 and ids is None:
