@@ -401,11 +401,14 @@ class Dialect:
     def _key_marks(keys: Sequence[str]) -> str:
         return ", ".join(["%s"] * len(keys))
 
+    #: Appended to the read of a taken key's holder; see ``MysqlDialect``.
+    holder_read_lock: ClassVar[str] = ""
+
     def _live_holders(self, cursor: Any, queue: str, keys: Sequence[str]) -> dict[str, int]:
         """Return {key: id} of the live jobs of ``queue`` that hold ``keys``."""
         cursor.execute(
             f"SELECT unique_key, id FROM {JOB_TABLE} WHERE queue = %s "
-            f"AND unique_key IN ({self._key_marks(keys)})",
+            f"AND unique_key IN ({self._key_marks(keys)}){self.holder_read_lock}",
             [queue, *keys],
         )
         return {key: job_id for key, job_id in cursor.fetchall()}

@@ -90,6 +90,10 @@ class MysqlDialect(OperatorDialect):
 
     vendor = "mysql"
     supports_skip_locked = True
+    # A locking read sees the latest committed row even inside a caller's
+    # REPEATABLE READ snapshot that predates the holder; the duplicate-key
+    # error already left a shared lock on its index entry, so it costs nothing.
+    holder_read_lock = " LOCK IN SHARE MODE"
 
     @classmethod
     def check_settings(cls, alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:

@@ -7,12 +7,12 @@ import threading
 import time
 
 import pytest
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
 
 from alkstore_django import store
 from alkstore_django.models import Job
 from tests.concurrency.starting_line import race, run_threads
-from tests.conftest import ROOT
+from tests.conftest import ROOT, mysql_only, needs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -106,3 +106,33 @@ def test_enqueues_racing_acks__never_two_live_jobs_and_each_id_was_a_holder():
     assert len(remaining) <= 1
     returned = {i for ids in results for i in ids}
     assert returned == set(acked) | set(remaining)
+
+
+def enqueue_after_another_session_took_the_key():
+    """Inside a transaction that has already read, enqueue a key another session took since."""
+    q = store.queue("race.unique")
+    with transaction.atomic():
+        assert not Job.objects.filter(queue="race.unique").exists()  # the snapshot, if any
+        (other,) = run_threads(1, lambda _: q.enqueue({"by": "other"}, unique_key="k"))
+        assert q.enqueue({"by": "me"}, unique_key="k") == other
+    return other
+
+
+@needs("supports_skip_locked", "a second writer would wait for this transaction's write lock")
+def test_a_key_taken_after_the_transaction_began__returns_the_holder():
+    other = enqueue_after_another_session_took_the_key()
+    assert live_ids("race.unique") == [other]
+
+
+@mysql_only("REPEATABLE READ is InnoDB's default; the others refuse the read or serialize")
+def test_a_key_taken_after_a_repeatable_read_snapshot__returns_the_holder():
+    # A plain read would not see the holder in this snapshot and the enqueue
+    # would never find who took the key: the holder is read with a locking read.
+    with connection.cursor() as cursor:
+        cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    try:
+        other = enqueue_after_another_session_took_the_key()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    assert live_ids("race.unique") == [other]
