@@ -86,6 +86,13 @@ def prepare_app_schema(apps: Any, schema_editor: Any) -> None:
     prepare_schema(schema_editor, sorted(model._meta.db_table for model in models))
 
 
+def unprepare_app_schema(apps: Any, schema_editor: Any) -> None:
+    """``RunPython`` reverse body: let the engine drop what the forward step added."""
+    cls = dialect_class(schema_editor.connection.vendor)
+    if cls is not None:
+        cls.unprepare_schema(schema_editor)
+
+
 __all__ = [
     "DIALECTS",
     "Dialect",
@@ -96,4 +103,5 @@ __all__ = [
     "prepare_app_schema",
     "prepare_connection",
     "prepare_schema",
+    "unprepare_app_schema",
 ]

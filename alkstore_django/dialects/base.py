@@ -153,6 +153,13 @@ class Dialect:
     def prepare_schema(cls, schema_editor: Any, tables: Sequence[str]) -> None:
         """Adjust the app's freshly migrated ``tables`` for this engine; default: nothing."""
 
+    @classmethod
+    def unprepare_schema(cls, schema_editor: Any) -> None:
+        """Drop what ``prepare_schema`` built on columns a reversed migration removes next.
+
+        Default: nothing (Django drops its own indexes with their columns).
+        """
+
     def server_problem(self) -> str | None:
         """Return why this database server cannot run alkstore (its version), or None."""
         return None

@@ -103,6 +103,10 @@ class MysqlDialect(OperatorDialect):
     def prepare_schema(cls, schema_editor: Any, tables: Sequence[str]) -> None:
         mysql_schema.prepare_schema(schema_editor, tables)
 
+    @classmethod
+    def unprepare_schema(cls, schema_editor: Any) -> None:
+        mysql_schema.drop_unique_index(schema_editor)
+
     def server_problem(self) -> str | None:
         return mysql_schema.server_problem(self.connection)
 

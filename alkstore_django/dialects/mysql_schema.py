@@ -99,6 +99,18 @@ def prepare_schema(schema_editor: Any, tables: Sequence[str]) -> None:
         )
 
 
+def drop_unique_index(schema_editor: Any) -> None:
+    """Drop ``alk_job_unique`` before migration 0011 is reversed.
+
+    Dropping ``unique_key`` alone would leave the index as a unique index on
+    ``queue``: one live job per queue.
+    """
+    with schema_editor.connection.cursor() as cursor:
+        present = _index_column(cursor, UNIQUE_INDEX, 1) is not None
+    if present:
+        schema_editor.execute(f"ALTER TABLE {JOB_TABLE} DROP INDEX {UNIQUE_INDEX}")
+
+
 def _index_column(cursor: Any, index: str, position: int) -> str | None:
     """Return the column at ``position`` (from 1) of the job table's ``index``, or None."""
     cursor.execute(

@@ -13,6 +13,12 @@ def prepare(apps, schema_editor):
     prepare_app_schema(apps, schema_editor)
 
 
+def unprepare(apps, schema_editor):
+    from alkstore_django.dialects import unprepare_app_schema
+
+    unprepare_app_schema(apps, schema_editor)
+
+
 class Migration(migrations.Migration):
     # MySQL cannot roll DDL back, and Django refuses DDL inside a transaction there.
     atomic = False
@@ -69,5 +75,5 @@ class Migration(migrations.Migration):
                 fields=("queue", "unique_key"), name="alk_unique_window"
             ),
         ),
-        migrations.RunPython(prepare, migrations.RunPython.noop),
+        migrations.RunPython(prepare, unprepare),
     ]
