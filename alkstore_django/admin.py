@@ -15,7 +15,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin import DateFieldListFilter
 from django.contrib.admin.actions import delete_selected
-from django.contrib.admin.models import DELETION
+from django.contrib.admin.models import CHANGE, DELETION
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import BooleanField, Case, Q, QuerySet, Value, When
@@ -118,6 +118,7 @@ class DeadJobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
         "worker_id",
         "expires_at",
         "timeout_s",
+        "unique_key",
     )
     readonly_fields = fields
 
@@ -327,7 +328,7 @@ class JobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
     ordering = ("-id",)
     list_per_page = 50
     show_full_result_count = False
-    actions = ["cancel"]
+    actions = ["retry_now", "cancel"]
     readonly_fields = (
         "id",
         "queue",
@@ -344,6 +345,7 @@ class JobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
         "timeout_s",
         "retry_base_s",
         "last_error",
+        "unique_key",
         "payload_pretty",
     )
     fields = readonly_fields
@@ -377,6 +379,21 @@ class JobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
     @admin.display(description="payload")
     def payload_pretty(self, obj: Job) -> str:
         return _pre(json.dumps(obj.payload, indent=2, ensure_ascii=False, sort_keys=True))
+
+    def has_retry_now_permission(self, request: HttpRequest) -> bool:
+        return _has_perm(request, self.opts, "change")
+
+    @admin.action(description="Retry selected jobs now", permissions=["retry_now"])
+    def retry_now(self, request: HttpRequest, queryset: QuerySet) -> None:
+        selected = list(queryset.only("id", "queue", "state"))
+        idle = set(operations.not_waiting([j.pk for j in selected], using=queryset.db))
+        waiting = [j for j in selected if j.pk not in idle]
+        retried = operations.retry_now([j.pk for j in waiting], using=queryset.db)
+        self.log_action(request, waiting, "Made due now.", flag=CHANGE)
+        note = ""
+        if idle:
+            note = f" {len(idle)} were not waiting for a retry (running, due, or never attempted)."
+        self.message_user(request, f"Made {retried} job(s) due now.{note}")
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         return _has_perm(request, self.opts, "delete")

@@ -51,6 +51,15 @@ class StoreClosed(AlkstoreError):
     """The Store has been closed; create a new one to keep working."""
 
 
+class DuplicateJob(AlkstoreError):
+    """A live job (or one within its unique_for_s window) already holds this unique key."""
+
+    def __init__(self, message: str | None = None, *, job_id: int | None = None) -> None:
+        super().__init__(message)
+        #: The id of the job that holds the key.
+        self.job_id = job_id
+
+
 class Fail(Exception):
     """Raised by a handler to dead-letter its job at once; the message becomes last_error."""
 
@@ -65,6 +74,7 @@ class Snooze(Exception):
 
 __all__ = [
     "AlkstoreError",
+    "DuplicateJob",
     "Fail",
     "InvalidArgument",
     "InvalidName",

@@ -39,6 +39,7 @@ def _job_record(
         timeout_s=row.timeout_s,
         snoozes=row.snoozes,
         max_snoozes=row.max_snoozes,
+        unique_key=row.unique_key,
         visibility_timeout_s=row.visibility_timeout_s,
         retry_base_s=row.retry_base_s,
         expires_at=row.expires_at,
@@ -77,6 +78,8 @@ class JobStamps(models.Model):
     # and how often it may before it is dead-lettered.
     snoozes = models.PositiveIntegerField(db_default=0)
     max_snoozes = models.PositiveIntegerField(db_default=100)
+    # At most one live job per (queue, unique_key); null for the common job without one.
+    unique_key = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
     max_attempts = models.PositiveIntegerField()
     visibility_timeout_s = models.FloatField()
     retry_base_s = models.FloatField()
@@ -139,6 +142,16 @@ class Job(JobStamps):
                 condition=Q(state="pending") | Q(claim_expires_at__isnull=False),
                 name="alk_job_claim_deadline",
             ),
+            # Every row of this table is live (pending or processing): a dead
+            # job moves to DeadJob, an acked one is deleted. So "one live job
+            # per key" is a unique index over the rows that have a key.
+            # MariaDB/MySQL, without partial indexes, get the same index
+            # unconditioned from ``prepare_schema`` (their NULLs never clash).
+            models.UniqueConstraint(
+                fields=["queue", "unique_key"],
+                name="alk_job_unique",
+                condition=Q(unique_key__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -167,6 +180,33 @@ class DeadJob(JobStamps):
 
     def to_record(self) -> records.Job:
         return _job_record(self, state="dead", died_at=self.died_at)
+
+
+class UniqueWindow(models.Model):
+    """A unique key held past its job's success: taken until ``held_until``.
+
+    Written with a job enqueued with ``unique_for_s`` (``held_until`` is its
+    ``enqueued_at`` plus the window), in the enqueue's transaction. While the
+    job is live the job's own key holds; afterwards this row does, unless the
+    job was dead-lettered. Expired rows are deleted by the workers' sweep.
+    """
+
+    queue = models.CharField(max_length=NAME_MAX_LENGTH)
+    unique_key = models.CharField(max_length=NAME_MAX_LENGTH)
+    job_id = models.BigIntegerField()
+    held_until = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "unique_key"], name="alk_unique_window")
+        ]
+        indexes = [
+            models.Index(fields=["queue", "held_until"], name="alk_unique_window_until"),
+            models.Index(fields=["job_id"], name="alk_unique_window_job"),
+        ]
+
+    def __str__(self) -> str:
+        return f"key {self.unique_key!r} on {self.queue} until {self.held_until}"
 
 
 class QueueOverview(Job):

@@ -25,6 +25,8 @@ from .timing import UNIT_SECONDS
 from .validation import validate_duration, validate_int, validate_name
 
 if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
     from .dialects import Dialect
     from .queues import Queue
     from .store import Store
@@ -186,11 +188,16 @@ def missing_dead(
     """Return those of ``ids`` that are not dead letters (of ``queue`` when given), sorted."""
     from .models import DeadJob
 
-    wanted = _ids(ids)
     rows = DeadJob.objects.using(_alias(using))
     if queue is not None:
         validate_name("queue", queue, allow_reserved=True)
         rows = rows.filter(queue=queue)
+    return _absent(ids, rows)
+
+
+def _absent(ids: Iterable[int], rows: QuerySet[Any]) -> list[int]:
+    """Return those of ``ids`` (validated) that are not among ``rows``, sorted."""
+    wanted = _ids(ids)
     found: set[int] = set()
     for chunk in _chunks(wanted, DEFAULT_BATCH_SIZE):
         found.update(rows.filter(id__in=chunk).values_list("id", flat=True))
@@ -250,16 +257,65 @@ def cancel_jobs(ids: Iterable[int], *, using: str | None = None) -> int:
     """Delete the live jobs ``ids`` whatever their state; return how many were deleted.
 
     A running handler is not interrupted: its later ack simply finds nothing.
+    Their unique keys are freed, ``unique_for_s`` windows included.
     """
-    from .models import Job
+    from .models import Job, UniqueWindow
 
     alias = _alias(using)
     total = 0
     with transaction.atomic(using=alias):
         for chunk in _chunks(_ids(ids), DEFAULT_BATCH_SIZE):
             deleted, _ = Job.objects.using(alias).filter(id__in=chunk).delete()
+            UniqueWindow.objects.using(alias).filter(job_id__in=chunk).delete()
             total += deleted
     return total
+
+
+def retry_now(
+    ids: Iterable[int] | None = None, *, queue: str | None = None, using: str | None = None
+) -> int:
+    """Make live jobs waiting for a retry due now; return how many.
+
+    Waiting for a retry means pending, attempted at least once and due later
+    (its backoff, or the delay its handler asked for). ``ids`` selects jobs
+    by id (restricted to ``queue`` when it is also given); ``queue`` alone
+    selects every waiting job of that queue. Nothing else changes: the
+    attempts already spent stay spent. One transaction; workers on the
+    queues are woken on commit.
+    """
+    from .queues import channel_for
+
+    if ids is None and queue is None:
+        raise InvalidArgument("Nothing to retry: expected job ids, a queue, or both.")
+    if queue is not None:
+        validate_name("queue", queue, allow_reserved=True)
+    selected = None if ids is None else _ids(ids)
+    sql = _dialect(using)
+    total = 0
+    with sql.write_transaction() as cursor:
+        chunks = (None,) if selected is None else _chunks(selected, MAX_BATCH_SIZE)
+        for chunk in chunks:
+            changed, queues = sql.retry_now(cursor, chunk, queue)
+            total += changed
+            # Sent inside the transaction, the wake-ups are delivered only on commit.
+            for name in queues:
+                sql.notify(channel_for(name), "")
+    return total
+
+
+def not_waiting(
+    ids: Iterable[int], *, queue: str | None = None, using: str | None = None
+) -> list[int]:
+    """Return those of ``ids`` that are not live jobs waiting for a retry (of ``queue``), sorted."""
+    from .models import Job
+
+    rows = Job.objects.using(_alias(using)).filter(
+        state="pending", attempts__gt=0, run_at__gt=_dialect(using).database_now()
+    )
+    if queue is not None:
+        validate_name("queue", queue, allow_reserved=True)
+        rows = rows.filter(queue=queue)
+    return _absent(ids, rows)
 
 
 def set_schedules_enabled(ids: Iterable[int], enabled: bool, *, using: str | None = None) -> int:

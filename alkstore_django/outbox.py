@@ -12,7 +12,7 @@ from .failures import loggable
 from .handlers import outbox_queue_name, validate_outbox_name
 from .job_runs import run_handler, settle
 from .queues import JobHandle, Queue
-from .validation import validate_worker_id
+from .validation import OnDuplicate, validate_worker_id
 
 if TYPE_CHECKING:
     from .store import Store
@@ -57,13 +57,17 @@ class Outbox:
         expires_s: float | None = None,
         max_attempts: int | None = None,
         timeout_s: float | None = None,
+        unique_key: str | None = None,
+        unique_for_s: float | None = None,
+        on_duplicate: OnDuplicate = "return",
     ) -> int:
         """Write one message and return its id; resolution as ``Queue.enqueue``.
 
         Inside ``transaction.atomic()`` the message commits or rolls back with
         the caller's business writes; the worker is woken on commit.
         ``max_attempts`` and ``timeout_s`` are the per-message overrides of the
-        fixed stamps.
+        fixed stamps. ``unique_key`` (with ``unique_for_s`` and
+        ``on_duplicate``) keeps one undelivered message per key, as for a queue.
         """
         return self.queue.enqueue(
             payload,
@@ -73,6 +77,9 @@ class Outbox:
             expires_s=expires_s,
             max_attempts=max_attempts,
             timeout_s=timeout_s,
+            unique_key=unique_key,
+            unique_for_s=unique_for_s,
+            on_duplicate=on_duplicate,
         )
 
     def run_once(self, worker_id: str, delivery: Delivery) -> bool:

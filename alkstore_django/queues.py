@@ -11,19 +11,22 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 
 from .conf import QueueOptions, app_settings
-from .errors import InvalidArgument
+from .errors import DuplicateJob, InvalidArgument
 from .failures import error_text
 from .records import EnqueueStamps, Job, QueueStats, SweepResult
 from .signals import job_enqueued
 from .timing import backoff_s
 from .validation import (
+    OnDuplicate,
     encode_payload,
     validate_duration,
     validate_int,
     validate_max_attempts,
+    validate_on_duplicate,
     validate_priority,
     validate_queue_limits,
     validate_run_at,
+    validate_unique_key,
     validate_worker_id,
 )
 
@@ -41,6 +44,35 @@ def channel_for(name: str) -> str:
     inside PostgreSQL's 63-byte identifier limit and out of reach of SQL.
     """
     return CHANNEL_PREFIX + hashlib.sha256(name.encode("utf-8")).hexdigest()[:40]
+
+
+def _unique_keys(
+    keys: Iterable[str | None] | None,
+    count: int,
+    unique_for_s: float | None,
+    on_duplicate: OnDuplicate,
+) -> list[str]:
+    """Validate the unique options of an enqueue of ``count`` payloads; return the keys."""
+    validate_on_duplicate(on_duplicate)
+    if keys is None:
+        raise InvalidArgument(
+            "unique_for_s and on_duplicate apply to jobs with a unique key: give unique_key "
+            "(unique_keys for enqueue_many)."
+        )
+    if isinstance(keys, (str, bytes, dict)) or not isinstance(keys, Iterable):
+        raise InvalidArgument(
+            f"Invalid unique_keys of type {type(keys).__name__}: expected a list of keys, "
+            "one per payload."
+        )
+    checked = [validate_unique_key(key) for key in keys]
+    if len(checked) != count:
+        raise InvalidArgument(
+            f"Invalid unique_keys: {len(checked)} keys for {count} payloads; expected one per "
+            "payload."
+        )
+    if unique_for_s is not None:
+        validate_duration("unique_for_s", unique_for_s, allow_zero=False)
+    return checked
 
 
 class Queue:
@@ -80,18 +112,30 @@ class Queue:
         expires_s: float | None = None,
         max_attempts: int | None = None,
         timeout_s: float | None = None,
+        unique_key: str | None = None,
+        unique_for_s: float | None = None,
+        on_duplicate: OnDuplicate = "return",
     ) -> int:
         """Write one pending job and return its id.
 
         Inside ``transaction.atomic()`` the job joins the caller's transaction;
         workers are woken when it commits. ``delay_s`` wins over ``run_at``.
         Raises ``PayloadError`` or ``InvalidArgument`` before writing anything.
+
+        With ``unique_key`` nothing is written while another live job of the
+        queue has that key (or holds it within its ``unique_for_s`` window
+        after success): the holder's id is returned, or ``DuplicateJob`` raised
+        when ``on_duplicate="raise"``.
         """
         self.store.check_open()
         encoded = encode_payload(
             payload, app_settings.max_payload_bytes, app_settings.payload_codec.encode
         )
         stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts, timeout_s)
+        if unique_key is not None or unique_for_s is not None or on_duplicate != "return":
+            single = None if unique_key is None else [unique_key]
+            keys = _unique_keys(single, 1, unique_for_s, on_duplicate)
+            return self._enqueue_unique(stamps, [encoded], keys, unique_for_s, on_duplicate)[0]
         ids = self.store.dialect.enqueue(stamps, (encoded,))
         if job_enqueued.receivers:
             job_enqueued.send(self.name, job_ids=ids)
@@ -107,10 +151,18 @@ class Queue:
         expires_s: float | None = None,
         max_attempts: int | None = None,
         timeout_s: float | None = None,
+        unique_keys: Iterable[str] | None = None,
+        unique_for_s: float | None = None,
+        on_duplicate: OnDuplicate = "return",
     ) -> list[int]:
         """Write many pending jobs in one statement and return their ids in order.
 
         Every payload is encoded first: one bad payload refuses the whole batch.
+        ``unique_keys`` gives each payload its key, as ``enqueue``'s
+        ``unique_key``: a payload whose key is taken (by a live job, a window,
+        or an earlier payload of the batch) is not written and its place in
+        the result holds the holder's id. With ``on_duplicate="raise"`` one
+        taken key writes nothing at all.
         """
         self.store.check_open()
         if isinstance(payloads, (str, bytes, dict)) or not isinstance(payloads, Iterable):
@@ -120,6 +172,9 @@ class Queue:
         limit, to_json = app_settings.max_payload_bytes, app_settings.payload_codec.encode
         encoded = [encode_payload(payload, limit, to_json) for payload in payloads]
         stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts, timeout_s)
+        if unique_keys is not None or unique_for_s is not None or on_duplicate != "return":
+            keys = _unique_keys(unique_keys, len(encoded), unique_for_s, on_duplicate)
+            return self._enqueue_unique(stamps, encoded, keys, unique_for_s, on_duplicate)
         dialect = self.store.dialect
         if not encoded:
             return []
@@ -134,6 +189,50 @@ class Queue:
         if job_enqueued.receivers:
             job_enqueued.send(self.name, job_ids=ids)
         return ids
+
+    def _enqueue_unique(
+        self,
+        stamps: EnqueueStamps,
+        encoded: list[str],
+        keys: list[str],
+        unique_for_s: float | None,
+        on_duplicate: OnDuplicate,
+    ) -> list[int]:
+        """Write the payloads whose key is free; return each payload's job id or its key's holder's.
+
+        Keys already validated. With ``on_duplicate="raise"`` it is all or
+        nothing: the batch runs in its own atomic block (a savepoint inside
+        the caller's) that ``DuplicateJob`` rolls back.
+        """
+        keyed: dict[str, str] = {}
+        for key, payload in zip(keys, encoded, strict=True):
+            if on_duplicate == "raise" and key in keyed:
+                raise DuplicateJob(
+                    f"Unique key {key!r} appears twice in the batch for queue {self.name!r}: "
+                    "nothing enqueued."
+                )
+            keyed.setdefault(key, payload)
+        if not keyed:
+            return []
+        dialect = self.store.dialect
+        items = list(keyed.items())
+        result: dict[str, tuple[int, bool]] = {}
+        with transaction.atomic(using=self.store.using):
+            for start in range(0, len(items), MAX_BATCH):
+                chunk = dict(items[start : start + MAX_BATCH])
+                result.update(dialect.enqueue_unique(stamps, chunk, unique_for_s))
+            if on_duplicate == "raise":
+                for key, (job_id, created) in result.items():
+                    if not created:
+                        raise DuplicateJob(
+                            f"Unique key {key!r} of queue {self.name!r} is held by job {job_id} "
+                            "(live, or within its unique_for_s window): nothing enqueued.",
+                            job_id=job_id,
+                        )
+        created_ids = [job_id for job_id, created in result.values() if created]
+        if created_ids and job_enqueued.receivers:
+            job_enqueued.send(self.name, job_ids=created_ids)
+        return [result[key][0] for key in keys]
 
     def _stamps(
         self,
@@ -254,10 +353,14 @@ class Queue:
     # --- upkeep --------------------------------------------------------------
 
     def sweep_expired(self) -> SweepResult:
-        """Dead-letter this queue's expired live rows and purge dead letters past retention."""
+        """Dead-letter this queue's expired live rows and purge dead letters past retention.
+
+        Ended ``unique_for_s`` windows are deleted too (they hold nothing any more).
+        """
         self.store.check_open()
         dialect = self.store.dialect
         expired = dialect.expire(self.name)
+        dialect.purge_windows(self.name)
         retention = self.options.dead_letter_retention_s
         purged = 0 if retention is None else dialect.purge_dead(self.name, retention)
         return SweepResult(expired=expired, purged=purged)

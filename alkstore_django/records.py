@@ -36,6 +36,8 @@ class Job:
     # How often a handler put the job off without spending an attempt, and may.
     snoozes: int = 0
     max_snoozes: int = 100
+    # The job's unique key: no other live job of its queue has it (None: no key).
+    unique_key: str | None = None
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ imported (``django.tasks`` does not exist there).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -34,7 +35,7 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from .conf import app_settings
-from .errors import AlkstoreError
+from .errors import AlkstoreError, DuplicateJob
 from .handlers import registry
 from .models import DeadJob, TaskStatus
 from .models import Job as JobRow
@@ -58,14 +59,27 @@ class TaskLost(Exception):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlkstoreTask(Task):
-    """A Task that may carry its own ``max_attempts`` and ``timeout_s``.
+    """A Task that may carry its own ``max_attempts``, ``timeout_s`` and uniqueness.
 
     ``@task(max_attempts=5, timeout_s=30)``; ``None`` means the backend's
-    ``OPTIONS`` (1 attempt and no time limit by default).
+    ``OPTIONS`` (1 attempt and no time limit by default). ``unique=True``
+    gives each enqueue the unique key of the task and its arguments
+    (``unique_task_key``), held ``unique_for_s`` past success when set.
     """
 
     max_attempts: int | None = None
     timeout_s: float | None = None
+    unique: bool = False
+    unique_for_s: float | None = None
+
+
+def unique_task_key(path: str, args: list[Any], kwargs: dict[str, Any]) -> str:
+    """Return the unique key of a call: the task's path and a digest of its JSON arguments.
+
+    Equal arguments give equal keys whatever the order of ``kwargs``.
+    """
+    arguments = json.dumps([args, kwargs], sort_keys=True, separators=(",", ":"))
+    return f"task:{path[:120]}:{hashlib.sha256(arguments.encode('utf-8')).hexdigest()}"
 
 
 def task(
@@ -73,9 +87,11 @@ def task(
     *,
     max_attempts: int | None = None,
     timeout_s: float | None = None,
+    unique: bool = False,
+    unique_for_s: float | None = None,
     **options: Any,
 ) -> Any:
-    """Django's ``@task`` that also takes ``max_attempts`` and ``timeout_s``, on every Django.
+    """Django's ``@task`` that also takes ``max_attempts``, ``timeout_s`` and ``unique``.
 
     ``django.tasks.task`` hands extra options to the backend's task class only
     from Django 6.1; on 6.0 ``@task(max_attempts=5)`` is a ``TypeError``. This
@@ -84,11 +100,13 @@ def task(
     Either on a backend that is not an ``AlkstoreBackend`` raises
     ``InvalidTask`` naming the backend.
     """
-    ours: dict[str, Any] = {
-        name: value
-        for name, value in (("max_attempts", max_attempts), ("timeout_s", timeout_s))
-        if value is not None
-    }
+    given = (
+        ("max_attempts", max_attempts),
+        ("timeout_s", timeout_s),
+        ("unique", unique or None),
+        ("unique_for_s", unique_for_s),
+    )
+    ours: dict[str, Any] = {name: value for name, value in given if value is not None}
 
     def wrapper(func: Callable[..., Any]) -> Task:
         built: Task = django_task(**options)(func)
@@ -209,10 +227,20 @@ class AlkstoreBackend(BaseTaskBackend):
             raise InvalidTask(
                 f"Invalid max_attempts {attempts!r}: expected a whole number of at least 1."
             )
+        unique = getattr(task, "unique", False)
+        if not isinstance(unique, bool):
+            raise InvalidTask(f"Invalid unique {unique!r}: expected True or False.")
+        unique_for_s = getattr(task, "unique_for_s", None)
+        if unique_for_s is not None and not unique:
+            raise InvalidTask(
+                f"Task {task.module_path!r} sets unique_for_s without unique=True: the window "
+                "holds a unique key, and the task has none."
+            )
         try:
             validate_duration(
                 "timeout_s", getattr(task, "timeout_s", None), allow_zero=False, allow_none=True
             )
+            validate_duration("unique_for_s", unique_for_s, allow_zero=False, allow_none=True)
         except AlkstoreError as exc:
             raise InvalidTask(str(exc)) from exc
 
@@ -223,6 +251,8 @@ class AlkstoreBackend(BaseTaskBackend):
 
         Inside ``transaction.atomic()`` the job joins the caller's transaction.
         Arguments that are not JSON raise ``TypeError`` before anything is written.
+        A ``unique`` task whose key is taken writes nothing and returns the
+        result of the job holding the key (no ``task_enqueued`` signal).
         """
         self.validate_task(task)
         call = TaskCall(
@@ -236,21 +266,33 @@ class AlkstoreBackend(BaseTaskBackend):
         timeout_s = getattr(task, "timeout_s", None) or self.timeout_s
         store = self.store
         queue = store.queue(task.queue_name)
+        unique: dict[str, Any] = {}
+        if getattr(task, "unique", False):
+            unique = {
+                "unique_key": unique_task_key(call.path, call.args, call.kwargs),
+                "unique_for_s": getattr(task, "unique_for_s", None),
+                "on_duplicate": "raise",
+            }
         # Read back in the same transaction: a fast worker may have run the job already.
-        with transaction.atomic(using=store.using):
-            job_id = queue.enqueue(
-                call.to_payload(),
-                run_at=task.run_after,
-                priority=task.priority,
-                max_attempts=max_attempts,
-                timeout_s=timeout_s,
-            )
-            enqueued_at = (
-                JobRow.objects.using(store.using)
-                .filter(id=job_id)
-                .values_list("enqueued_at", flat=True)
-                .get()
-            )
+        try:
+            with transaction.atomic(using=store.using):
+                job_id = queue.enqueue(
+                    call.to_payload(),
+                    run_at=task.run_after,
+                    priority=task.priority,
+                    max_attempts=max_attempts,
+                    timeout_s=timeout_s,
+                    **unique,
+                )
+                enqueued_at = (
+                    JobRow.objects.using(store.using)
+                    .filter(id=job_id)
+                    .values_list("enqueued_at", flat=True)
+                    .get()
+                )
+        except DuplicateJob as exc:
+            assert exc.job_id is not None
+            return self.get_result(exc.job_id)
         result: TaskResult = TaskResult(
             task=task,
             id=str(job_id),

@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from .conf import QUEUE_LIMIT_NAMES, QUEUE_OPTION_NAMES, QueueLimits
 from .errors import InvalidArgument, InvalidName, PayloadError, ReservedName
@@ -72,6 +72,38 @@ def validate_worker_id(worker_id: object) -> str:
             f"{MAX_NAME_LENGTH} characters."
         )
     return worker_id
+
+
+#: What a keyed enqueue does when its key is taken: return the holder's id, or raise.
+OnDuplicate = Literal["return", "raise"]
+ON_DUPLICATE = ("return", "raise")
+
+
+def validate_unique_key(value: object) -> str:
+    """Return ``value`` when it is a non-empty string of at most 200 characters (a unique key)."""
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > MAX_NAME_LENGTH
+        or "\x00" in value
+        or not is_encodable(value)
+    ):
+        shown = value[:40] + "…" if isinstance(value, str) and len(value) > 40 else value
+        raise InvalidArgument(
+            f"Invalid unique_key {shown!r}: expected a non-empty string of at most "
+            f"{MAX_NAME_LENGTH} characters, without NUL or lone surrogates."
+        )
+    return value
+
+
+def validate_on_duplicate(value: object) -> OnDuplicate:
+    """Return ``value`` when it is one of ``ON_DUPLICATE``."""
+    if value not in ON_DUPLICATE:
+        raise InvalidArgument(
+            f"Invalid on_duplicate {value!r}: expected 'return' (the holder's id) or 'raise' "
+            "(DuplicateJob)."
+        )
+    return value  # type: ignore[return-value]
 
 
 def _is_number(value: object) -> bool:

@@ -80,6 +80,19 @@ def prepare_schema(schema_editor: Any, tables: list[str]) -> None:
         cls.prepare_schema(schema_editor, tables)
 
 
+def prepare_app_schema(apps: Any, schema_editor: Any) -> None:
+    """``RunPython`` body: ``prepare_schema`` over every table of the app at this migration."""
+    models = apps.get_app_config("alkstore_django").get_models()
+    prepare_schema(schema_editor, sorted(model._meta.db_table for model in models))
+
+
+def unprepare_app_schema(apps: Any, schema_editor: Any) -> None:
+    """``RunPython`` reverse body: let the engine drop what the forward step added."""
+    cls = dialect_class(schema_editor.connection.vendor)
+    if cls is not None:
+        cls.unprepare_schema(schema_editor)
+
+
 __all__ = [
     "DIALECTS",
     "Dialect",
@@ -87,6 +100,8 @@ __all__ = [
     "dialect_class",
     "dialect_for",
     "forget_dialects",
+    "prepare_app_schema",
     "prepare_connection",
     "prepare_schema",
+    "unprepare_app_schema",
 ]

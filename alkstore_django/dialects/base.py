@@ -25,7 +25,7 @@ from django.core import checks
 from django.db import connections
 
 from ..conf import QueueLimits, app_settings
-from ..models import DeadJob, Job, Lock, OutcomeMinute, Schedule
+from ..models import DeadJob, Job, Lock, OutcomeMinute, Schedule, UniqueWindow
 from ..records import EnqueueStamps
 from ..records import Job as JobRecord
 
@@ -34,6 +34,7 @@ DEAD_TABLE = DeadJob._meta.db_table
 LOCK_TABLE = Lock._meta.db_table
 SCHEDULE_TABLE = Schedule._meta.db_table
 OUTCOME_TABLE = OutcomeMinute._meta.db_table
+WINDOW_TABLE = UniqueWindow._meta.db_table
 
 JOB_COLUMNS = (
     "id",
@@ -55,6 +56,7 @@ JOB_COLUMNS = (
     "timeout_s",
     "snoozes",
     "max_snoozes",
+    "unique_key",
 )
 JOB_SELECT = ", ".join(JOB_COLUMNS)
 # The columns a dead letter copies from its live row (state and the claim
@@ -62,7 +64,7 @@ JOB_SELECT = ", ".join(JOB_COLUMNS)
 DEAD_COPY = (
     "id, queue, payload, priority, run_at, attempts, max_attempts, "
     "visibility_timeout_s, retry_base_s, expires_at, worker_id, enqueued_at, generation, "
-    "timeout_s, snoozes, max_snoozes"
+    "timeout_s, snoozes, max_snoozes, unique_key"
 )
 DEAD_COLUMNS = DEAD_COPY + ", last_error, died_at"
 # A handle is valid while its row is still under the very claim it was given:
@@ -76,11 +78,13 @@ EXHAUSTED_LAPSED = "state = 'processing' AND attempts >= max_attempts AND claim_
 # What a dead letter becomes when it is requeued: the same id and stamps,
 # pending, due now, attempts reset, its last error kept for the operator.
 # An expiry that has already passed is dropped: a requeued job is meant to run.
+# So is its unique key: another live job may hold it by now, and an operator's
+# requeue must not fail on it.
 REQUEUE_COLUMNS = JOB_SELECT
 REQUEUE_SELECT = (
     "id, queue, payload, priority, {now}, 0, max_attempts, visibility_timeout_s, "
     "retry_base_s, CASE WHEN expires_at > {now} THEN expires_at END, 'pending', NULL, NULL, "
-    "last_error, enqueued_at, generation, timeout_s, snoozes, max_snoozes"
+    "last_error, enqueued_at, generation, timeout_s, snoozes, max_snoozes, NULL"
 )
 # What every engine's enqueue writes: the columns, then the stamps' placeholders
 # (``EnqueueStamps.stamp_params`` fills them, in this order).
@@ -158,6 +162,13 @@ class Dialect:
     def prepare_schema(cls, schema_editor: Any, tables: Sequence[str]) -> None:
         """Adjust the app's freshly migrated ``tables`` for this engine; default: nothing."""
 
+    @classmethod
+    def unprepare_schema(cls, schema_editor: Any) -> None:
+        """Drop what ``prepare_schema`` built on columns a reversed migration removes next.
+
+        Default: nothing (Django drops its own indexes with their columns).
+        """
+
     def server_problem(self) -> str | None:
         """Return why this database server cannot run alkstore (its version), or None."""
         return None
@@ -205,6 +216,17 @@ class Dialect:
 
         Joins the caller's transaction; workers listening on the queue are
         woken once it commits.
+        """
+        raise NotImplementedError
+
+    def insert_unique(
+        self, cursor: Any, stamps: EnqueueStamps, keyed: dict[str, str]
+    ) -> dict[str, int]:
+        """Insert a job per (unique key, payload) of ``keyed`` whose key no live job holds.
+
+        Inside the caller's write transaction; a key held by a concurrent,
+        uncommitted enqueue waits for it to end. Returns {key: new id} for
+        the rows written; a key left out was taken.
         """
         raise NotImplementedError
 
@@ -323,6 +345,7 @@ class Dialect:
             timeout_s=row[16],
             snoozes=row[17],
             max_snoozes=row[18],
+            unique_key=row[19],
         )
 
     def _rowcount(self, sql: str, params: Sequence[Any]) -> int:
@@ -340,6 +363,101 @@ class Dialect:
         if soonest is None or db_now is None:
             return None
         return max((soonest - db_now).total_seconds(), 0.0)
+
+    # --- unique jobs -----------------------------------------------------------------
+
+    def enqueue_unique(
+        self,
+        stamps: EnqueueStamps,
+        keyed: dict[str, str],
+        unique_for_s: float | None,
+    ) -> dict[str, tuple[int, bool]]:
+        """Enqueue a job per (distinct unique key, payload) unless its key is taken.
+
+        Returns {key: (id, created)}: the new job's id, or the id of the job
+        holding the key. A key is held by the live job that has it (the
+        ``alk_job_unique`` index decides, so concurrent enqueues of one key
+        write one row) and, once that job has left, by its ``UniqueWindow``
+        until ``held_until`` unless it was dead-lettered. The window is read
+        after our own row is in: by then a holder that committed before us
+        is visible, so no enqueue slips between a holder's ack and its
+        window. With ``unique_for_s``, each new job's window is written too.
+        One transaction, joining the caller's: a rollback frees the keys.
+        """
+        result: dict[str, tuple[int, bool]] = {}
+        created: dict[str, int] = {}
+        with self.write_transaction() as cursor:
+            waiting = dict(keyed)
+            while waiting:
+                written = self.insert_unique(cursor, stamps, waiting)
+                created.update(written)
+                taken = [key for key in waiting if key not in written]
+                holders = self._live_holders(cursor, stamps.queue, taken) if taken else {}
+                for key, job_id in holders.items():
+                    result[key] = (job_id, False)
+                # A key neither written nor held: its holder left in between; try again.
+                waiting = {
+                    k: p for k, p in waiting.items() if k not in written and k not in holders
+                }
+            held = self._window_holders(cursor, stamps.queue, list(created)) if created else {}
+            if held:
+                ids, params = self.ids_sql([created.pop(key) for key in held])
+                cursor.execute(f"DELETE FROM {JOB_TABLE} WHERE {ids}", params)
+                result.update((key, (job_id, False)) for key, job_id in held.items())
+            if created and unique_for_s is not None:
+                self._write_windows(cursor, stamps.queue, created, unique_for_s)
+            if created and self.supports_listen_notify:
+                self.notify(stamps.channel, "")
+        result.update((key, (job_id, True)) for key, job_id in created.items())
+        return result
+
+    @staticmethod
+    def _key_marks(keys: Sequence[str]) -> str:
+        return ", ".join(["%s"] * len(keys))
+
+    #: Appended to the read of a taken key's holder; see ``MysqlDialect``.
+    holder_read_lock: ClassVar[str] = ""
+
+    def _live_holders(self, cursor: Any, queue: str, keys: Sequence[str]) -> dict[str, int]:
+        """Return {key: id} of the live jobs of ``queue`` that hold ``keys``."""
+        cursor.execute(
+            f"SELECT unique_key, id FROM {JOB_TABLE} WHERE queue = %s "
+            f"AND unique_key IN ({self._key_marks(keys)}){self.holder_read_lock}",
+            [queue, *keys],
+        )
+        return {key: job_id for key, job_id in cursor.fetchall()}
+
+    def _window_holders(self, cursor: Any, queue: str, keys: Sequence[str]) -> dict[str, int]:
+        """Return {key: job id} of the unexpired windows on ``keys`` whose job is not dead."""
+        now, now_params = self.now_sql()
+        cursor.execute(
+            f"SELECT w.unique_key, w.job_id FROM {WINDOW_TABLE} w WHERE w.queue = %s "
+            f"AND w.unique_key IN ({self._key_marks(keys)}) AND w.held_until > {now} "
+            f"AND NOT EXISTS (SELECT 1 FROM {DEAD_TABLE} d WHERE d.id = w.job_id)",
+            [queue, *keys, *now_params],
+        )
+        return {key: job_id for key, job_id in cursor.fetchall()}
+
+    def _write_windows(
+        self, cursor: Any, queue: str, created: dict[str, int], unique_for_s: float
+    ) -> None:
+        """Hold each new job's key until its ``enqueued_at`` + ``unique_for_s``.
+
+        A key's old window (expired, or of a dead job) is replaced.
+        """
+        keys = list(created)
+        cursor.execute(
+            f"DELETE FROM {WINDOW_TABLE} WHERE queue = %s "
+            f"AND unique_key IN ({self._key_marks(keys)})",
+            [queue, *keys],
+        )
+        ids, params = self.ids_sql(list(created.values()))
+        cursor.execute(
+            f"INSERT INTO {WINDOW_TABLE} (queue, unique_key, job_id, held_until) "
+            f"SELECT queue, unique_key, id, {self.plus_sql('enqueued_at', '%s')} "
+            f"FROM {JOB_TABLE} WHERE {ids}",
+            [float(unique_for_s), *params],
+        )
 
     # --- queue statements ---------------------------------------------------------------
 
@@ -403,13 +521,26 @@ class Dialect:
         return self.bury(FENCE, [job_id, generation, worker_id], error) == 1
 
     def cancel(self, queue: str, job_id: int) -> bool:
-        """Delete a live job of ``queue`` whatever its state."""
-        sql = f"DELETE FROM {JOB_TABLE} WHERE id = %s AND queue = %s"
-        return self._rowcount(sql, [job_id, queue]) == 1
+        """Delete a live job of ``queue`` whatever its state, and free its unique key.
+
+        A cancelled job did not succeed: its ``unique_for_s`` window goes too.
+        """
+        with self.write_transaction() as cursor:
+            cursor.execute(f"DELETE FROM {JOB_TABLE} WHERE id = %s AND queue = %s", [job_id, queue])
+            if cursor.rowcount != 1:
+                return False
+            cursor.execute(f"DELETE FROM {WINDOW_TABLE} WHERE job_id = %s", [job_id])
+            return True
 
     def expire(self, queue: str) -> int:
         """Dead-letter the queue's live rows past their expiry; return how many."""
         return self.bury("queue = %s AND expires_at <= {now}", [queue], "expired")
+
+    def purge_windows(self, queue: str) -> int:
+        """Delete the queue's ``unique_for_s`` windows that have ended; return how many."""
+        now, now_params = self.now_sql()
+        sql = f"DELETE FROM {WINDOW_TABLE} WHERE queue = %s AND held_until <= {now}"
+        return self._rowcount(sql, [queue, *now_params])
 
     def bury_exhausted_lapsed(self) -> int:
         """Dead-letter every lapsed claim with no attempts left, whatever its queue.
@@ -500,6 +631,32 @@ class Dialect:
         return self._seconds_until(row[0], row[1])
 
     # --- queue controls (standard SQL in controls.ControlDialect) ---------------------------
+
+    def retry_now(
+        self, cursor: Any, ids: Sequence[int] | None, queue: str | None
+    ) -> tuple[int, list[str]]:
+        """Make jobs waiting for a retry due now, inside the caller's write transaction.
+
+        Waiting for a retry: pending, attempted at least once, due later (a
+        backoff, or a retry's or snooze's delay). ``ids`` and ``queue``
+        narrow the selection (None: any). Returns how many rows changed and
+        the queues they are in, to wake.
+        """
+        now, now_params = self.now_sql()
+        where, params = f"state = 'pending' AND attempts > 0 AND run_at > {now}", [*now_params]
+        if ids is not None:
+            match, match_params = self.ids_sql(ids)
+            where, params = f"{where} AND {match}", [*params, *match_params]
+        if queue is not None:
+            where, params = f"{where} AND queue = %s", [*params, queue]
+        cursor.execute(f"SELECT DISTINCT queue FROM {JOB_TABLE} WHERE {where}", params)
+        queues = sorted(row[0] for row in cursor.fetchall())
+        if not queues:
+            return 0, []
+        cursor.execute(
+            f"UPDATE {JOB_TABLE} SET run_at = {now} WHERE {where}", [*now_params, *params]
+        )
+        return cursor.rowcount, queues
 
     def set_paused(self, queue: str, paused: bool, channel: str) -> bool:
         """Pause or resume ``queue`` and notify ``channel``; False when it already was."""

@@ -32,7 +32,7 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from django.core import checks
-from django.db import DatabaseError, OperationalError, transaction
+from django.db import DatabaseError, IntegrityError, OperationalError, transaction
 
 from ..models import ChannelMessage
 from ..records import EnqueueStamps
@@ -56,7 +56,7 @@ from .base import (
     schedule_params,
 )
 from .controls import CONTROL_TABLE, PAUSED
-from .mysql_schema import CLAIM_INDEX
+from .mysql_schema import CLAIM_INDEX, UNIQUE_INDEX
 from .operators import OperatorDialect
 
 logger = logging.getLogger(__name__)
@@ -66,6 +66,7 @@ EPOCH = "'1970-01-01 00:00:00'"
 MESSAGE_TABLE = ChannelMessage._meta.db_table
 # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT: the transaction lost a lock race.
 RETRYABLE_ERRORS = frozenset({1213, 1205})
+DUPLICATE_KEY = 1062  # ER_DUP_ENTRY
 TRANSACTION_ATTEMPTS = 5
 LAPSED_BATCH = 1_000
 
@@ -96,6 +97,10 @@ class MysqlDialect(OperatorDialect):
     ensure_control_sql = (
         f"INSERT INTO {CONTROL_TABLE} (queue) VALUES (%s) ON DUPLICATE KEY UPDATE queue = queue"
     )
+    # A locking read sees the latest committed row even inside a caller's
+    # REPEATABLE READ snapshot that predates the holder; the duplicate-key
+    # error already left a shared lock on its index entry, so it costs nothing.
+    holder_read_lock = " LOCK IN SHARE MODE"
 
     @classmethod
     def check_settings(cls, alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
@@ -104,6 +109,10 @@ class MysqlDialect(OperatorDialect):
     @classmethod
     def prepare_schema(cls, schema_editor: Any, tables: Sequence[str]) -> None:
         mysql_schema.prepare_schema(schema_editor, tables)
+
+    @classmethod
+    def unprepare_schema(cls, schema_editor: Any) -> None:
+        mysql_schema.drop_unique_index(schema_editor)
 
     def server_problem(self) -> str | None:
         return mysql_schema.server_problem(self.connection)
@@ -188,15 +197,16 @@ class MysqlDialect(OperatorDialect):
 
     # --- queue moves -------------------------------------------------------------------
 
-    def enqueue(self, stamps: EnqueueStamps, payloads: Sequence[str]) -> list[int]:
-        # Workers notice the commit through their watcher's probe of the job table.
+    @staticmethod
+    def _row_sql(stamps: EnqueueStamps) -> tuple[str, list[Any]]:
+        """Return one enqueued row's VALUES tuple after queue and payload, and its params."""
         shared: list[Any] = [stamps.priority]
         if stamps.delay_s is not None:
             run_at = _plus(NOW, "%s")
             shared.append(stamps.delay_s)
         elif stamps.run_at is not None:
             run_at = "%s"
-            shared.append(self.adapt_datetime(stamps.run_at))
+            shared.append(stamps.run_at)
         else:
             run_at = NOW
         shared += stamps.stamp_params()
@@ -204,7 +214,14 @@ class MysqlDialect(OperatorDialect):
         if stamps.expires_s is not None:
             expires_at = _plus(NOW, "%s")
             shared.append(stamps.expires_s)
-        row = f"(%s, %s, %s, {run_at}, 0, {STAMP_MARKS}, {expires_at}, 'pending', {NOW})"
+        return f"%s, {run_at}, 0, {STAMP_MARKS}, {expires_at}, 'pending', {NOW}", shared
+
+    def enqueue(self, stamps: EnqueueStamps, payloads: Sequence[str]) -> list[int]:
+        # Workers notice the commit through their watcher's probe of the job table.
+        values, shared = self._row_sql(stamps)
+        if stamps.run_at is not None and stamps.delay_s is None:
+            shared[1] = self.adapt_datetime(stamps.run_at)
+        row = f"(%s, %s, {values})"
         params: list[Any] = []
         for payload in payloads:
             params += [stamps.queue, payload, *shared]
@@ -220,6 +237,30 @@ class MysqlDialect(OperatorDialect):
             cursor.execute(sql, params)
             first = int(cursor.lastrowid)
             return list(range(first, first + len(payloads)))
+
+    def insert_unique(
+        self, cursor: Any, stamps: EnqueueStamps, keyed: dict[str, str]
+    ) -> dict[str, int]:
+        # No ON CONFLICT DO NOTHING (INSERT IGNORE would hide every other error
+        # too): one row per savepoint, a duplicate key rolled back to it. The
+        # insert waits for a concurrent, uncommitted insert of the same key.
+        values, shared = self._row_sql(stamps)
+        if stamps.run_at is not None and stamps.delay_s is None:
+            shared[1] = self.adapt_datetime(stamps.run_at)
+        sql = (
+            f"INSERT INTO {JOB_TABLE} ({ENQUEUE_COLUMNS}, unique_key) VALUES (%s, %s, {values}, %s)"
+        )
+        written: dict[str, int] = {}
+        for key, payload in keyed.items():
+            try:
+                with transaction.atomic(using=self.using):
+                    cursor.execute(sql, [stamps.queue, payload, *shared, key])
+            except IntegrityError as exc:
+                if _error_code(exc) != DUPLICATE_KEY or UNIQUE_INDEX not in str(exc):
+                    raise
+                continue
+            written[key] = int(cursor.lastrowid)
+        return written
 
     def claim_and_ack(
         self,

@@ -19,6 +19,7 @@ MYSQL_MINIMUM = (8, 0, 1)
 MARIADB_COLLATION = "utf8mb4_nopad_bin"
 MYSQL_COLLATION = "utf8mb4_0900_bin"
 CLAIM_INDEX = "alk_job_claim"
+UNIQUE_INDEX = "alk_job_unique"
 
 
 def settings_warnings(alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
@@ -54,21 +55,71 @@ def settings_warnings(alias: str, config: dict[str, Any]) -> list[checks.CheckMe
 
 
 def prepare_schema(schema_editor: Any, tables: Sequence[str]) -> None:
-    """Give the app's tables an exact collation and the claim index led by state."""
+    """Give the app's tables an exact collation, the claim index led by state, the unique index.
+
+    Idempotent, and cheap when already done (each step first asks the
+    catalogue), so every migration that adds a table or one of these
+    indexes calls it again.
+    """
     connection = schema_editor.connection
     collation = MARIADB_COLLATION if connection.mysql_is_mariadb else MYSQL_COLLATION
-    for table in tables:
-        schema_editor.execute(
-            f"ALTER TABLE {table} CONVERT TO CHARACTER SET utf8mb4 COLLATE {collation}"
+    with connection.cursor() as cursor:
+        for table in tables:
+            cursor.execute(
+                "SELECT table_collation FROM information_schema.tables "
+                "WHERE table_schema = DATABASE() AND table_name = %s",
+                [table],
+            )
+            row = cursor.fetchone()
+            if row is None or row[0] != collation:
+                schema_editor.execute(
+                    f"ALTER TABLE {table} CONVERT TO CHARACTER SET utf8mb4 COLLATE {collation}"
+                )
+        led_by_state = _index_column(cursor, CLAIM_INDEX, 2) == "state"
+        has_unique = _index_column(cursor, UNIQUE_INDEX, 1) is not None
+        # Before migration 0011 (when 0007 calls this) there is no key to index.
+        cursor.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = DATABASE() "
+            "AND table_name = %s AND column_name = 'unique_key'",
+            [JOB_TABLE],
         )
-    if JOB_TABLE not in tables:
-        return
+        has_key = cursor.fetchone() is not None
     # Django creates alk_job_claim without its WHERE state = 'pending' here:
     # leading with state keeps a claim off the queue's processing rows.
-    schema_editor.execute(
-        f"ALTER TABLE {JOB_TABLE} DROP INDEX {CLAIM_INDEX}, ADD INDEX {CLAIM_INDEX} "
-        "(queue, state, priority DESC, run_at, id)"
+    if not led_by_state:
+        schema_editor.execute(
+            f"ALTER TABLE {JOB_TABLE} DROP INDEX {CLAIM_INDEX}, ADD INDEX {CLAIM_INDEX} "
+            "(queue, state, priority DESC, run_at, id)"
+        )
+    # Django skips alk_job_unique here (it is partial). Unconditioned it means
+    # the same: every row of the table is live, and NULL keys never clash.
+    if has_key and not has_unique:
+        schema_editor.execute(
+            f"ALTER TABLE {JOB_TABLE} ADD UNIQUE INDEX {UNIQUE_INDEX} (queue, unique_key)"
+        )
+
+
+def drop_unique_index(schema_editor: Any) -> None:
+    """Drop ``alk_job_unique`` before migration 0011 is reversed.
+
+    Dropping ``unique_key`` alone would leave the index as a unique index on
+    ``queue``: one live job per queue.
+    """
+    with schema_editor.connection.cursor() as cursor:
+        present = _index_column(cursor, UNIQUE_INDEX, 1) is not None
+    if present:
+        schema_editor.execute(f"ALTER TABLE {JOB_TABLE} DROP INDEX {UNIQUE_INDEX}")
+
+
+def _index_column(cursor: Any, index: str, position: int) -> str | None:
+    """Return the column at ``position`` (from 1) of the job table's ``index``, or None."""
+    cursor.execute(
+        "SELECT column_name FROM information_schema.statistics WHERE table_schema = DATABASE() "
+        "AND table_name = %s AND index_name = %s AND seq_in_index = %s",
+        [JOB_TABLE, index, position],
     )
+    row = cursor.fetchone()
+    return None if row is None else str(row[0])
 
 
 def server_problem(connection: Any) -> str | None:

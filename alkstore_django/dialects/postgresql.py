@@ -48,6 +48,13 @@ def _plus(base: str, seconds: str) -> str:
     return f"({base} + make_interval(secs => {seconds}))"
 
 
+def _row_values(when: str, expires: bool) -> str:
+    """The enqueued row's values after queue and payload, for one shape of batch."""
+    run_at = {"now": NOW, "delay": _plus(NOW, "%s::float8"), "at": "%s::timestamptz"}[when]
+    expires_at = _plus(NOW, "%s::float8") if expires else "NULL"
+    return f"%s, {run_at}, 0, {STAMP_MARKS}, {expires_at}, 'pending', {NOW}"
+
+
 @cache
 def _enqueue_sql(single: bool, when: str, expires: bool) -> str:
     """The enqueue statement for one shape of batch (a handful exist; each is prepared once).
@@ -58,10 +65,8 @@ def _enqueue_sql(single: bool, when: str, expires: bool) -> str:
     returns its id and notifies in ``RETURNING``; many rows go through a CTE so
     the ids come back in payload order and ``pg_notify`` runs once.
     """
-    run_at = {"now": NOW, "delay": _plus(NOW, "%s::float8"), "at": "%s::timestamptz"}[when]
-    expires_at = _plus(NOW, "%s::float8") if expires else "NULL"
     columns = f"INSERT INTO {JOB_TABLE} ({ENQUEUE_COLUMNS})"
-    values = f"%s, {run_at}, 0, {STAMP_MARKS}, {expires_at}, 'pending', {NOW}"
+    values = _row_values(when, expires)
     if single:
         return f"{columns} VALUES (%s, %s::jsonb, {values}) RETURNING id, pg_notify(%s, '')"
     return (
@@ -181,19 +186,27 @@ class PostgresDialect(OnConflictDialect):
                 if not keep_cursor:
                     cursor.close()
 
-    def enqueue(self, stamps: EnqueueStamps, payloads: Sequence[str]) -> list[int]:
+    @staticmethod
+    def _stamp_values(stamps: EnqueueStamps) -> tuple[str, list[Any]]:
+        """Return the batch's shape (when it is due) and the params of ``_row_values``."""
         params: list[Any] = [stamps.priority]
         if stamps.delay_s is not None:
             when = "delay"
             params.append(stamps.delay_s)
         elif stamps.run_at is not None:
             when = "at"
-            params.append(self.adapt_datetime(stamps.run_at))
+            params.append(stamps.run_at)
         else:
             when = "now"
         params += stamps.stamp_params()
         if stamps.expires_s is not None:
             params.append(stamps.expires_s)
+        return when, params
+
+    def enqueue(self, stamps: EnqueueStamps, payloads: Sequence[str]) -> list[int]:
+        when, params = self._stamp_values(stamps)
+        if stamps.run_at is not None and stamps.delay_s is None:
+            params[1] = self.adapt_datetime(stamps.run_at)
         single = len(payloads) == 1
         if single:
             params = [stamps.queue, payloads[0], *params, stamps.channel]
@@ -201,6 +214,22 @@ class PostgresDialect(OnConflictDialect):
             params = [stamps.queue, *params, list(payloads), stamps.channel]
         sql = _enqueue_sql(single, when, stamps.expires_s is not None)
         return [row[0] for row in self.fetch_prepared(sql, params, keep_cursor=True)]
+
+    def insert_unique(
+        self, cursor: Any, stamps: EnqueueStamps, keyed: dict[str, str]
+    ) -> dict[str, int]:
+        # ON CONFLICT DO NOTHING waits for a concurrent insert of the same key
+        # and skips the row if that one commits; the index names the conflict.
+        when, params = self._stamp_values(stamps)
+        cursor.execute(
+            f"INSERT INTO {JOB_TABLE} ({ENQUEUE_COLUMNS}, unique_key) "
+            f"SELECT %s, u.p::jsonb, {_row_values(when, stamps.expires_s is not None)}, u.k "
+            "FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(p, k, o) ORDER BY u.o "
+            "ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING "
+            "RETURNING unique_key, id",
+            [stamps.queue, *params, list(keyed.values()), list(keyed)],
+        )
+        return dict(cursor.fetchall())
 
     def claim_and_ack(
         self,

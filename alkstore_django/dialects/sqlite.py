@@ -140,9 +140,8 @@ class SqliteDialect(OnConflictDialect):
         cursor.execute(f"SELECT {NOW}", [])
         return cursor.fetchone()[0]
 
-    def enqueue(self, stamps: EnqueueStamps, payloads: Sequence[str]) -> list[int]:
-        # One statement over a JSON array of the encoded payloads; SQLite has no
-        # NOTIFY, so workers notice the commit by watching the file instead.
+    def _insert_sql(self, stamps: EnqueueStamps, payload: str, tail: str) -> tuple[str, list[Any]]:
+        """Return the enqueue INSERT over ``json_each(%s)``, each row's payload ``payload``."""
         params: list[Any] = [stamps.queue, stamps.priority]
         if stamps.delay_s is not None:
             run_at_sql = self.plus_sql("'now'", "%s")
@@ -157,15 +156,37 @@ class SqliteDialect(OnConflictDialect):
         if stamps.expires_s is not None:
             expires_sql = self.plus_sql("'now'", "%s")
             params.append(stamps.expires_s)
-        params.append(json.dumps(list(payloads)))
-        sql = (
-            f"INSERT INTO {JOB_TABLE} ({ENQUEUE_COLUMNS}) SELECT %s, value, %s, {run_at_sql}, 0, "
-            f"{STAMP_MARKS}, {expires_sql}, 'pending', {NOW} "
-            "FROM json_each(%s) ORDER BY key RETURNING id"
+        key_column, key_value = (
+            (", unique_key", ", json_extract(value, '$[1]')") if tail else ("", "")
         )
+        sql = (
+            f"INSERT INTO {JOB_TABLE} ({ENQUEUE_COLUMNS}{key_column}) "
+            f"SELECT %s, {payload}, %s, {run_at_sql}, 0, {STAMP_MARKS}, {expires_sql}, "
+            f"'pending', {NOW}{key_value} FROM json_each(%s) WHERE true ORDER BY key {tail}"
+        )
+        return sql, params
+
+    def enqueue(self, stamps: EnqueueStamps, payloads: Sequence[str]) -> list[int]:
+        # One statement over a JSON array of the encoded payloads; SQLite has no
+        # NOTIFY, so workers notice the commit by watching the file instead.
+        sql, params = self._insert_sql(stamps, "value", "")
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(sql + "RETURNING id", [*params, json.dumps(list(payloads))])
             return sorted(row[0] for row in cursor.fetchall())
+
+    def insert_unique(
+        self, cursor: Any, stamps: EnqueueStamps, keyed: dict[str, str]
+    ) -> dict[str, int]:
+        # Inside the write transaction no other writer runs: the conflict is
+        # with a committed live row.
+        sql, params = self._insert_sql(
+            stamps,
+            "json_extract(value, '$[0]')",
+            "ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING ",
+        )
+        pairs = json.dumps([[payload, key] for key, payload in keyed.items()])
+        cursor.execute(sql + "RETURNING unique_key, id", [*params, pairs])
+        return dict(cursor.fetchall())
 
     def claim_and_ack(
         self,

@@ -62,3 +62,8 @@ def database_alias(value: str) -> str:
             f"{', '.join(map(repr, settings.DATABASES))}."
         )
     return value
+
+
+def add_ids_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """Add ``--id N [N …]`` (repeatable) to ``parser``, collected in ``options["ids"]``."""
+    parser.add_argument("--id", dest="ids", type=int, nargs="+", action="extend", help=help_text)

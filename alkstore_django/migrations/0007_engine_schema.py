@@ -9,10 +9,9 @@ from django.db import migrations
 
 
 def prepare(apps, schema_editor):
-    from alkstore_django.dialects import prepare_schema
+    from alkstore_django.dialects import prepare_app_schema
 
-    models = apps.get_app_config("alkstore_django").get_models()
-    prepare_schema(schema_editor, sorted(model._meta.db_table for model in models))
+    prepare_app_schema(apps, schema_editor)
 
 
 class Migration(migrations.Migration):

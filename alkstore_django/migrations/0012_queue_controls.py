@@ -4,11 +4,9 @@ from django.db import migrations, models
 
 
 def prepare(apps, schema_editor):
-    from alkstore_django.dialects import prepare_schema
+    from alkstore_django.dialects import prepare_app_schema
 
-    prepare_schema(
-        schema_editor, [apps.get_model("alkstore_django", "QueueControl")._meta.db_table]
-    )
+    prepare_app_schema(apps, schema_editor)
 
 
 class Migration(migrations.Migration):
@@ -16,7 +14,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("alkstore_django", "0010_schedule_specs"),
+        ("alkstore_django", "0011_unique_jobs"),
     ]
 
     operations = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.admin.models import DELETION, LogEntry
+from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.urls import reverse
 from django.utils import timezone
 
@@ -150,3 +150,43 @@ def test_lock_changelist__marks_expired_leases(admin_client):
     html = response.content.decode()
     assert "held-lock" in html and "stale-lock" in html
     assert html.count('class="alk-expired"') == 1
+
+
+def waiting_for_retry(queue: str = "live.q") -> int:
+    q = store.queue(queue)
+    q.enqueue({})
+    handle = q.claim_one("w")
+    assert handle.retry("boom", delay_s=3600)
+    return handle.job.id
+
+
+def test_retry_now_action__makes_the_selected_waiting_jobs_due(admin_client):
+    waiting = waiting_for_retry()
+    kept = waiting_for_retry()
+    fresh = store.queue("live.q").enqueue({})
+    url = reverse("admin:alkstore_django_job_changelist")
+    response = post_action(admin_client, url, "retry_now", [waiting, fresh])
+    messages = [str(m) for m in response.wsgi_request._messages]
+    assert messages == ["Made 1 job(s) due now. 1 were not waiting for a retry "
+                        "(running, due, or never attempted)."]  # fmt: skip
+    claimed = {h.job.id for h in store.queue("live.q").claim_batch("w", 5)}
+    assert claimed == {waiting, fresh}
+    assert Job.objects.get(id=kept).state == "pending"
+    entries = LogEntry.objects.filter(content_type__model="job")
+    assert [(e.object_id, e.action_flag, e.change_message) for e in entries] == [
+        (str(waiting), CHANGE, "Made due now.")
+    ]
+
+
+def test_retry_now_action__needs_change_permission(staff_client):
+    waiting = waiting_for_retry()
+    url = reverse("admin:alkstore_django_job_changelist")
+    post_action(staff_client("view_job", "delete_job"), url, "retry_now", [waiting])
+    assert store.queue("live.q").claim_one("w") is None
+    assert not LogEntry.objects.exists()
+
+
+def test_job_detail__shows_its_unique_key(admin_client):
+    job_id = store.queue("live.q").enqueue({}, unique_key="order:<42>")
+    response = admin_client.get(reverse("admin:alkstore_django_job_change", args=[job_id]))
+    assert "order:&lt;42&gt;" in response.content.decode()

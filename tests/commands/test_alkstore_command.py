@@ -257,3 +257,59 @@ def test_schedules__json_for_machines_and_none_said_so():
     )
     assert row["next_run_in_zone"].endswith("T09:00:00+09:00")
     assert row["last_error"] is None and row["refused_from"] is None
+
+
+def retry_waiting(queue: str) -> int:
+    """Enqueue, claim and retry a job of ``queue``: it waits an hour for its next attempt."""
+    q = store.queue(queue)
+    q.enqueue({})
+    handle = q.claim_one("w")
+    assert handle.retry("boom", delay_s=3600)
+    return handle.job.id
+
+
+def test_retry__by_id_makes_the_jobs_due_now():
+    first, second = retry_waiting("cmd.rn"), retry_waiting("cmd.rn")
+    out = run("retry", "--id", str(first))
+    assert "Made 1 job(s) due now." in out
+    assert store.queue("cmd.rn").claim_one("w").job.id == first
+    assert store.queue("cmd.rn").claim_one("w") is None
+    assert Job.objects.get(id=second).state == "pending"
+
+
+def test_retry__by_queue():
+    retry_waiting("cmd.rn"), retry_waiting("cmd.rn")
+    other = retry_waiting("cmd.other")
+    assert "Made 2 job(s) in queue 'cmd.rn' due now." in run("retry", "--queue", "cmd.rn")
+    assert len(store.queue("cmd.rn").claim_batch("w", 5)) == 2
+    assert store.queue("cmd.other").claim_one("w") is None
+    assert Job.objects.get(id=other).attempts == 1
+
+
+def test_retry__an_unknown_id_is_an_error_and_nothing_changes():
+    waiting = retry_waiting("cmd.rn")
+    with pytest.raises(CommandError) as caught:
+        run("retry", "--id", str(waiting), "--id", "999")
+    assert str(caught.value) == (
+        "No job 999 waiting for a retry (unknown, running, due already, or never attempted): "
+        "nothing retried."
+    )
+    assert store.queue("cmd.rn").claim_one("w") is None
+
+
+def test_retry__a_queue_with_nothing_waiting_or_no_selection_is_an_error():
+    with pytest.raises(CommandError, match=r"No job waiting for a retry in queue 'cmd\.none'"):
+        run("retry", "--queue", "cmd.none")
+    with pytest.raises(CommandError, match="Nothing to retry: give --id"):
+        run("retry")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retry__an_unknown_id_exits_nonzero_as_a_process(python, subprocess_env):
+    done = subprocess.run(
+        [python, "-m", "django", "alkstore", "retry", "--id", "5"],
+        env=subprocess_env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "No job 5 waiting for a retry" in done.stderr
+    assert "Made 0" not in done.stdout

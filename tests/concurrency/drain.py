@@ -10,7 +10,6 @@ prints one JSON line: {"acked": [...], "refused": [...]}.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
@@ -22,13 +21,9 @@ def main() -> None:
 
     django.setup()
     from alkstore_django import store
+    from tests.concurrency.starting_line import wait_for_go
 
-    open(f"{go_file}.ready-{worker_id}", "w").close()
-    deadline = time.monotonic() + 30
-    while not os.path.exists(go_file):
-        if time.monotonic() > deadline:
-            raise SystemExit("never told to go")
-        time.sleep(0.01)
+    wait_for_go(go_file, worker_id)
     queue = store.queue(queue_name)
     acked: list[int] = []
     refused: list[int] = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -13,34 +12,11 @@ from django.db import connections, transaction
 
 from alkstore_django import store
 from alkstore_django.models import Job
+from tests.concurrency.starting_line import race, run_threads
 from tests.conftest import DIALECT, ROOT, needs, sqlite_only
 from tests.helpers import live_count
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
-
-
-def run_threads(count, target):
-    """Run ``target(index)`` in ``count`` threads, each on its own connection; re-raise."""
-    errors: list[BaseException] = []
-    results: list = [None] * count
-
-    def body(index):
-        try:
-            results[index] = target(index)
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test thread
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
-    if errors:
-        raise errors[0]
-    return results
 
 
 def test_claim_one__two_sessions_racing_for_one_row_get_it_once():
@@ -97,34 +73,17 @@ def test_claim_batch__three_processes_drain_one_queue_exactly_once(
     ids = store.queue("procs").enqueue_many([{"n": n} for n in range(300)])
     connections.close_all()
     go_file = tmp_path / "go"
-    children = [
-        subprocess.Popen(
-            [
-                python,
-                "-m",
-                "tests.concurrency.drain",
-                "procs",
-                f"proc-{i}",
-                str(go_file),
-                "0.002",
-            ],
-            cwd=ROOT,
-            env=subprocess_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(3)
-    ]
-    deadline = time.monotonic() + 30
-    while len(list(tmp_path.glob("go.ready-*"))) < 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    go_file.touch()
-    outputs = [child.communicate(timeout=60) for child in children]
-    for child, (_, err) in zip(children, outputs, strict=True):
+    drain = [python, "-m", "tests.concurrency.drain", "procs"]
+    outputs = race(
+        [[*drain, f"proc-{i}", str(go_file), "0.002"] for i in range(3)],
+        go_file,
+        cwd=ROOT,
+        env=subprocess_env,
+    )
+    for returncode, _, err in outputs:
         assert "database is locked" not in err
-        assert child.returncode == 0, err
-    reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+        assert returncode == 0, err
+    reports = [json.loads(out.strip().splitlines()[-1]) for _, out, _ in outputs]
     acked = [job_id for report in reports for job_id in report["acked"]]
     assert [report["refused"] for report in reports] == [[], [], []]
     assert Counter(acked).most_common(1)[0][1] == 1

@@ -10,8 +10,6 @@ so the PostgreSQL dialect must prepare nothing there.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from django.conf import settings
 from django.db import connections
@@ -19,6 +17,7 @@ from django.db import connections
 from alkstore_django import store
 from alkstore_django.dialects import dialect_for
 from alkstore_django.notify import open_watcher
+from tests.concurrency.starting_line import run_threads
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "direct"]),
@@ -30,29 +29,6 @@ pytestmark = [
 
 SESSIONS = 10  # PgBouncer's default_pool_size in scripts/test.sh
 PROBE = "SELECT (SELECT count(*) FROM pg_prepared_statements), pg_backend_pid(), pg_sleep(0.3)"
-
-
-def in_threads(count, target):
-    """Run ``target(index)`` in ``count`` threads at once, each on its own connection."""
-    results: list = [None] * count
-    errors: list[BaseException] = []
-
-    def body(index):
-        try:
-            results[index] = target(index)
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test thread
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    if errors:
-        raise errors[0]
-    return results
 
 
 def prepared_per_server_connection(alias):
@@ -68,7 +44,7 @@ def prepared_per_server_connection(alias):
             count, pid, _ = cursor.fetchone()
             return pid, count
 
-    return dict(in_threads(SESSIONS, probe))
+    return dict(run_threads(SESSIONS, probe))
 
 
 def test_hot_paths__leave_no_prepared_statement_on_any_pooled_server_connection():
@@ -83,7 +59,7 @@ def test_hot_paths__leave_no_prepared_statement_on_any_pooled_server_connection(
 
     # More client connections than server connections: their transactions
     # interleave on the pool's server connections.
-    in_threads(SESSIONS * 2, work)
+    run_threads(SESSIONS * 2, work)
     found = prepared_per_server_connection("default")
     assert len(found) >= 2, found
     assert set(found.values()) == {0}, found

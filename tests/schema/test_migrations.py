@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import subprocess
 
 import pytest
 from django.core.management import call_command
@@ -17,3 +18,35 @@ def test_makemigrations__finds_no_changes_to_write():
         pytest.fail(f"missing migrations:\n{out.getvalue()}")
         raise AssertionError from exc
     assert "No changes detected" in out.getvalue()
+
+
+ROUND_TRIP = """
+import django
+django.setup()
+from django.core.management import call_command
+from alkstore_django import store
+
+call_command("migrate", verbosity=0)
+call_command("migrate", "alkstore_django", "0009", verbosity=0)
+call_command("migrate", "alkstore_django", verbosity=0)
+q = store.queue("m")
+plain = [q.enqueue(1), q.enqueue(2)]
+keyed = q.enqueue(3, unique_key="k")
+print(len(set(plain)), q.enqueue(4, unique_key="k") == keyed)
+"""
+
+
+def test_unique_jobs_migration__reverses_and_reapplies_cleanly(
+    python, subprocess_env, empty_database_url
+):
+    # On MariaDB/MySQL dropping unique_key alone would leave alk_job_unique as
+    # a unique index on queue (one job per queue): the reverse step drops it.
+    done = subprocess.run(
+        [python, "-c", ROUND_TRIP],
+        env={**subprocess_env, "DATABASE_URL": empty_database_url},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "True"]

@@ -123,3 +123,13 @@ def scheduled_boundary(context: TaskContext, label):
 @alkstore_task(timeout_s=5)
 def limited():
     return None
+
+
+@alkstore_task(unique=True)
+def unique_add(a, b):
+    return a + b
+
+
+@alkstore_task(unique=True, unique_for_s=3600)
+def unique_for_an_hour(n):
+    return n

@@ -1,4 +1,4 @@
-"""``manage.py alkstore``: stats, pause/resume, dead letters, requeue, purge, schedules."""
+"""``manage.py alkstore``: stats, pause/resume, dead letters, requeue, retry, schedules."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ...conf import app_settings
 from ...display import error_summary, format_age, format_timestamp
 from ...errors import AlkstoreError
 from ...records import Job, Schedule
-from ..arguments import database_alias, positive_int
+from ..arguments import add_ids_option, database_alias, positive_int
 
 STATS_COLUMNS = (
     "queue", "pending", "scheduled", "processing", "overdue", "dead", "oldest pending", "state",
@@ -29,10 +29,16 @@ SCHEDULE_COLUMNS = ("name", "spec", "zone", "misfire", "queue", "state", "from",
 MISSING_SHOWN = 10
 
 
+def _listed(ids: Sequence[int]) -> str:
+    """Return the first ``MISSING_SHOWN`` of ``ids``, comma-separated, and how many more."""
+    more = len(ids) - MISSING_SHOWN
+    return ", ".join(map(str, ids[:MISSING_SHOWN])) + (f" and {more} more" if more > 0 else "")
+
+
 class Command(BaseCommand):
     help = (
         "Inspect and repair queues: stats, pause, resume, dead letters (list, show), requeue, "
-        "purge-dead, schedules."
+        "retry (jobs waiting for a retry, due now), purge-dead, schedules."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -67,13 +73,8 @@ class Command(BaseCommand):
         show.add_argument("--json", action="store_true", help="Print JSON for machines.")
         requeue = sub.add_parser("requeue", help="Requeue a queue's dead letters (or some ids).")
         requeue.add_argument("--queue", required=True, help="The queue whose dead letters to move.")
-        requeue.add_argument(
-            "--id",
-            dest="ids",
-            type=int,
-            nargs="+",
-            action="extend",
-            help="Only these dead letter ids (repeatable); all of the queue's when omitted.",
+        add_ids_option(
+            requeue, "Only these dead letter ids (repeatable); all of the queue's when omitted."
         )
         requeue.add_argument(
             "--dry-run", action="store_true", help="Say how many would move; move nothing."
@@ -82,6 +83,13 @@ class Command(BaseCommand):
             "schedules", help="List the schedules: next runs, last fire, last error."
         )
         schedules.add_argument("--json", action="store_true", help="Print JSON for machines.")
+        retry = sub.add_parser(
+            "retry", help="Make jobs waiting for a retry (their backoff) due now, by id or queue."
+        )
+        retry.add_argument("--queue", default=None, help="Every waiting job of this queue.")
+        add_ids_option(
+            retry, "Only these job ids (repeatable); with --queue, only if they are in it."
+        )
         purge = sub.add_parser("purge-dead", help="Delete a queue's old dead letters.")
         purge.add_argument("--queue", required=True, help="The queue whose dead letters to purge.")
         purge.add_argument(
@@ -106,6 +114,8 @@ class Command(BaseCommand):
                 self.schedules(using, as_json=options["json"])
             elif command == "requeue":
                 self.requeue(using, options["queue"], options["ids"], dry_run=options["dry_run"])
+            elif command == "retry":
+                self.retry(using, options["queue"], options["ids"])
             else:
                 self.purge(using, options["queue"], options["older_than"])
         except AlkstoreError as exc:
@@ -277,11 +287,8 @@ class Command(BaseCommand):
             # All or nothing: a mistyped id must not requeue the others silently.
             missing = operations.missing_dead(ids, queue=queue, using=using)
             if missing:
-                shown = ", ".join(map(str, missing[:MISSING_SHOWN]))
-                more = len(missing) - MISSING_SHOWN
                 raise CommandError(
-                    f"No dead letter {shown}{f' and {more} more' if more > 0 else ''} "
-                    f"in queue {queue!r}: nothing requeued."
+                    f"No dead letter {_listed(missing)} in queue {queue!r}: nothing requeued."
                 )
         if dry_run:
             count = len(set(ids)) if ids is not None else operations.count_dead(queue, using=using)
@@ -306,6 +313,25 @@ class Command(BaseCommand):
             f"Queue {queue!r} has no dead letters: nothing requeued. "
             f"Queues with dead letters: {known}."
         )
+
+    def retry(self, using: str, queue: str | None, ids: list[int] | None) -> None:
+        if queue is None and ids is None:
+            raise CommandError(
+                "Nothing to retry: give --id JOB_ID (repeatable), --queue QUEUE, or both."
+            )
+        where = "" if queue is None else f" in queue {queue!r}"
+        if ids is not None:
+            # All or nothing: a mistyped id must not retry the others silently.
+            missing = operations.not_waiting(ids, queue=queue, using=using)
+            if missing:
+                raise CommandError(
+                    f"No job {_listed(missing)} waiting for a retry{where} (unknown, running, "
+                    "due already, or never attempted): nothing retried."
+                )
+        retried = operations.retry_now(ids, queue=queue, using=using)
+        if retried == 0 and ids is None:
+            raise CommandError(f"No job waiting for a retry{where}: nothing retried.")
+        self.stdout.write(self.style.SUCCESS(f"Made {retried} job(s){where} due now."))
 
     def purge(self, using: str, queue: str, older_than: str) -> None:
         try:
