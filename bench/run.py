@@ -1,6 +1,7 @@
 """Run every alkstore benchmark on PostgreSQL and SQLite (and, with --peers, the peers).
 
     python bench/run.py [--peers] [--quick] [--runs N] [--engines postgresql,sqlite,mariadb]
+                        [--workloads enqueue,drain,latency,backlog,pools] [--baseline TREE]
 
 Each figure is the median of N runs (default 3) with the min-max; the command
 prints one table and one JSON line per figure. It creates and migrates its own
@@ -10,7 +11,9 @@ postgres://postgres@127.0.0.1:5432/alk_perf_bench; the peers get
 same server) and the SQLite file ``.test-db/alk_perf_bench.sqlite3``.
 ``--peers`` installs procrastinate and django-tasks-db into ``.venv-peers``
 (never a dependency of the package) and runs the same workloads on them and on
-a raw-psycopg floor. See docs/performance.md.
+a raw-psycopg floor. ``--baseline TREE`` instead runs the enqueue and drain
+workloads side by side with an earlier checkout (its own ``alkstore_django``,
+on ``<database>_baseline``), alternating run by run. See docs/performance.md.
 """
 
 from __future__ import annotations
