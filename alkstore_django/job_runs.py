@@ -100,7 +100,8 @@ def call_handler(func: Callable[[Any], Any], arg: Any) -> Any:
     views under WSGI; the claim is kept alive meanwhile like any other run.
     """
     value = func(arg)
-    if inspect.isawaitable(value):
+    # Most handlers return None: skip the Awaitable ABC check (a microsecond a job).
+    if value is not None and inspect.isawaitable(value):
         return async_to_sync(_await)(value)
     return value
 

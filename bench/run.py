@@ -1,6 +1,7 @@
 """Run every alkstore benchmark on PostgreSQL and SQLite (and, with --peers, the peers).
 
     python bench/run.py [--peers] [--quick] [--runs N] [--engines postgresql,sqlite,mariadb]
+                        [--workloads enqueue,drain,controls,latency,backlog,pools] [--baseline TREE]
 
 Each figure is the median of N runs (default 3) with the min-max; the command
 prints one table and one JSON line per figure. It creates and migrates its own
@@ -10,7 +11,9 @@ postgres://postgres@127.0.0.1:5432/alk_perf_bench; the peers get
 same server) and the SQLite file ``.test-db/alk_perf_bench.sqlite3``.
 ``--peers`` installs procrastinate and django-tasks-db into ``.venv-peers``
 (never a dependency of the package) and runs the same workloads on them and on
-a raw-psycopg floor. See docs/performance.md.
+a raw-psycopg floor. ``--baseline TREE`` instead runs the enqueue and drain
+workloads side by side with an earlier checkout (its own ``alkstore_django``,
+on ``<database>_baseline``), alternating run by run. See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,10 +82,12 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def run_json(command: list[str], env: dict[str, str], timeout_s: float = 600) -> dict:
+def run_json(
+    command: list[str], env: dict[str, str], timeout_s: float = 600, cwd: Path = ROOT
+) -> dict:
     """Run one measurement subprocess; return the JSON object on its last stdout line."""
     done = subprocess.run(
-        command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s
+        command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout_s
     )
     if done.returncode != 0:
         raise SystemExit(
@@ -90,9 +96,9 @@ def run_json(command: list[str], env: dict[str, str], timeout_s: float = 600) ->
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def base_env() -> dict[str, str]:
+def base_env(root: Path = ROOT) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     env["DJANGO_SETTINGS_MODULE"] = "bench.settings"
     return env
 
@@ -158,76 +164,111 @@ class Sizes:
         return cls(2_000, 20_000, 50_000, 20_000, 500, 10_000, 1_000_000, 1_000, 3_000, 1_000)
 
 
-def alkstore_figures(engine: str, url: str, sizes: Sizes, runs: int) -> list[Figure]:
-    """Run every alkstore workload on one engine."""
+WORKLOADS = ("enqueue", "drain", "controls", "latency", "backlog", "pools")
+
+
+def side_database(engine: str, url: str, suffix: str) -> str:
+    """Create an empty second bench database next to ``url`` (its name + ``suffix``)."""
+    name = f"{urlsplit(url).path.lstrip('/')}{suffix}"
+    if engine == "postgresql":
+        return pg_database(url, name)
+    if engine == "mariadb":
+        return mariadb_database(url, name)
+    path = Path(f"{urlsplit(url).path}{suffix}")
+    for ending in ("", "-wal", "-shm"):
+        Path(f"{path}{ending}").unlink(missing_ok=True)
+    return f"sqlite:///{path}"
+
+
+def alkstore_figures(
+    engine: str, url: str, sizes: Sizes, runs: int, workloads: tuple[str, ...] = WORKLOADS
+) -> list[Figure]:
+    """Run the alkstore workloads (all of them by default) on one engine."""
     env = base_env()
     env["BENCH_DATABASE_URL"] = url
     py = [sys.executable, "-m", "bench.workloads"]
     run_json([*py, "migrate"], env)
     figures: list[Figure] = []
+    is_pg = engine == "postgresql"
 
     def add(name: str, unit: str, target: str = "") -> Figure:
         fig = Figure(name, "alkstore", engine, unit, target=target)
         figures.append(fig)
         return fig
 
-    one = add("enqueue one by one", "jobs/s")
-    b100 = add("enqueue_many(100)", "jobs/s")
-    b1000 = add("enqueue_many(1000)", "jobs/s", ">= 20000")
-    for _ in range(runs):
-        one.values.append(run_json([*py, "enqueue", str(sizes.enqueue_one), "0"], env)["rate"])
-        b100.values.append(run_json([*py, "enqueue", str(sizes.enqueue_100), "100"], env)["rate"])
-        b1000.values.append(
-            run_json([*py, "enqueue", str(sizes.enqueue_1000), "1000"], env)["rate"]
-        )
-    log(f"{engine}: enqueue done")
-    is_pg = engine == "postgresql"
-    drain_target = {"postgresql": ">= 3000", "mariadb": ">= 2000"}.get(engine, "")
-    d1 = add(f"drain {sizes.drain} no-op, 1 process", "jobs/s", drain_target)
-    d4 = add(f"drain {sizes.drain} no-op, 4 processes", "jobs/s", ">= 6000" if is_pg else "")
-    rss = add("worker RSS after drain (peak)", "MB", "< 80")
-    for _ in range(runs):
-        for procs, fig in ((1, d1), (4, d4)):
-            result = run_json([*py, "drain", str(sizes.drain), str(procs)], env)
-            fig.values.append(result["rate"])
-            if procs == 1:
-                rss.values.append(result["rss_mb"])
-    log(f"{engine}: drain done")
-    # Queue controls, in one run next to a plain queue: the limited claim path
-    # (max_running 16 = the 4 processes' threads; a rate of 3000/s).
-    plain = add(f"drain {sizes.drain} no-op, 4 processes, plain queue", "jobs/s")
-    limited = add(f"drain {sizes.drain} no-op, 4 processes, max_running 16", "jobs/s")
-    rated = add(f"drain {sizes.drain} no-op, 4 processes, rate 3000/s", "jobs/s", "<= 3000")
-    for _ in range(runs):
-        for queue, fig in (
-            ("bench.noop", plain),
-            ("bench.limited", limited),
-            ("bench.rated", rated),
-        ):
-            result = run_json([*py, "drain-queue", queue, str(sizes.drain), "4"], env)
-            fig.values.append(result["rate"])
-    log(f"{engine}: queue controls done")
-    p50 = add(f"pickup latency p50 ({sizes.latency} jobs)", "ms", "<= 3" if is_pg else "<= 15")
-    p99 = add(f"pickup latency p99 ({sizes.latency} jobs)", "ms", "<= 15" if is_pg else "")
-    for _ in range(runs):
-        result = run_json([*py, "latency", str(sizes.latency)], env)
-        p50.values.append(result["p50_ms"])
-        p99.values.append(result["p99_ms"])
-    log(f"{engine}: latency done")
-    small = add(f"claim+ack, {sizes.backlog_small // 1000}k pending elsewhere", "cycles/s")
-    large = add(f"claim+ack, {sizes.backlog_large // 1000}k pending + dead elsewhere", "cycles/s")
+    if "enqueue" in workloads:
+        one = add("enqueue one by one", "jobs/s")
+        b100 = add("enqueue_many(100)", "jobs/s")
+        b1000 = add("enqueue_many(1000)", "jobs/s", ">= 20000")
+        for _ in range(runs):
+            one.values.append(run_json([*py, "enqueue", str(sizes.enqueue_one), "0"], env)["rate"])
+            b100.values.append(
+                run_json([*py, "enqueue", str(sizes.enqueue_100), "100"], env)["rate"]
+            )
+            b1000.values.append(
+                run_json([*py, "enqueue", str(sizes.enqueue_1000), "1000"], env)["rate"]
+            )
+        log(f"{engine}: enqueue done")
+    if "drain" in workloads:
+        drain_target = {"postgresql": ">= 3000", "mariadb": ">= 2000"}.get(engine, "")
+        d1 = add(f"drain {sizes.drain} no-op, 1 process", "jobs/s", drain_target)
+        d4 = add(f"drain {sizes.drain} no-op, 4 processes", "jobs/s", ">= 6000" if is_pg else "")
+        rss = add("worker RSS after drain (peak)", "MB", "< 80")
+        for _ in range(runs):
+            for procs, fig in ((1, d1), (4, d4)):
+                result = run_json([*py, "drain", str(sizes.drain), str(procs)], env)
+                fig.values.append(result["rate"])
+                if procs == 1:
+                    rss.values.append(result["rss_mb"])
+        log(f"{engine}: drain done")
+    if "controls" in workloads:
+        # Queue controls, in one run next to a plain queue: the limited claim
+        # path (max_running 16 = the 4 processes' threads; a rate of 3000/s).
+        plain = add(f"drain {sizes.drain} no-op, 4 processes, plain queue", "jobs/s")
+        limited = add(f"drain {sizes.drain} no-op, 4 processes, max_running 16", "jobs/s")
+        rated = add(f"drain {sizes.drain} no-op, 4 processes, rate 3000/s", "jobs/s", "<= 3000")
+        for _ in range(runs):
+            for queue, fig in (
+                ("bench.noop", plain),
+                ("bench.limited", limited),
+                ("bench.rated", rated),
+            ):
+                result = run_json([*py, "drain-queue", queue, str(sizes.drain), "4"], env)
+                fig.values.append(result["rate"])
+        log(f"{engine}: queue controls done")
+    if "latency" in workloads:
+        p50 = add(f"pickup latency p50 ({sizes.latency} jobs)", "ms", "<= 3" if is_pg else "<= 15")
+        p99 = add(f"pickup latency p99 ({sizes.latency} jobs)", "ms", "<= 15" if is_pg else "")
+        for _ in range(runs):
+            result = run_json([*py, "latency", str(sizes.latency)], env)
+            p50.values.append(result["p50_ms"])
+            p99.values.append(result["p99_ms"])
+        log(f"{engine}: latency done")
+    if "backlog" in workloads:
+        figures += backlog_figures(engine, url, sizes, runs, env)
+        log(f"{engine}: backlog done")
+    if "pools" in workloads:
+        figures += pool_figures(engine, sizes, runs, env)
+        log(f"{engine}: pools done")
+    return figures
+
+
+def backlog_figures(
+    engine: str, url: str, sizes: Sizes, runs: int, env: dict[str, str]
+) -> list[Figure]:
+    """Claim+ack behind a small and a large backlog in other queues, and their ratio."""
+    py = [sys.executable, "-m", "bench.workloads"]
+    small = Figure(
+        f"claim+ack, {sizes.backlog_small // 1000}k pending elsewhere", "alkstore", engine,
+        "cycles/s",
+    )  # fmt: skip
+    large = Figure(
+        f"claim+ack, {sizes.backlog_large // 1000}k pending + dead elsewhere", "alkstore",
+        engine, "cycles/s",
+    )  # fmt: skip
     # The two backlogs live in two databases and their runs alternate, so a
     # change in the machine's load (commit latency) hits both alike.
-    if engine == "postgresql":
-        large_url = pg_database(url, f"{urlsplit(url).path.lstrip('/')}_backlog")
-    elif engine == "mariadb":
-        large_url = mariadb_database(url, f"{urlsplit(url).path.lstrip('/')}_backlog")
-    else:
-        large_path = Path(f"{urlsplit(url).path}-backlog")
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{large_path}{suffix}").unlink(missing_ok=True)
-        large_url = f"sqlite:///{large_path}"
-    large_env = dict(env, BENCH_DATABASE_URL=large_url)
+    large_env = dict(env, BENCH_DATABASE_URL=side_database(engine, url, "_backlog"))
     run_json([*py, "migrate"], large_env)
     run_json([*py, "backlog-fill", str(sizes.backlog_small), "0"], env)
     run_json(
@@ -239,10 +280,152 @@ def alkstore_figures(engine: str, url: str, sizes: Sizes, runs: int) -> list[Fig
         for fig, fig_env in ((small, env), (large, large_env)):
             result = run_json([*py, "backlog-run", str(sizes.backlog_jobs)], fig_env)
             fig.values.append(result["rate"])
-    ratio = add("claim+ack slowdown, large/small backlog", "x", "<= 1.5")
+    ratio = Figure(
+        "claim+ack slowdown, large/small backlog", "alkstore", engine, "x", target="<= 1.5"
+    )
     ratio.values = [s / g for s, g in zip(small.values, large.values, strict=True)]
-    log(f"{engine}: backlog done")
-    return figures
+    return [small, large, ratio]
+
+
+def pool_figures(engine: str, sizes: Sizes, runs: int, env: dict[str, str]) -> list[Figure]:
+    """The process pool next to the thread pool: one worker, ``--concurrency 4`` each.
+
+    Runs alternate between the pools (threads first, then processes first),
+    so both see the same load on a shared machine.
+    """
+    py = [sys.executable, "-m", "bench.workloads"]
+    pools = {"threads": "thread pool", "processes": "process pool, 4 children"}
+    figures: list[Figure] = []
+
+    def add(pool: str, name: str, unit: str, target: str = "") -> Figure:
+        fig = Figure(f"{name}, {pools[pool]}", "alkstore", engine, unit, target=target)
+        figures.append(fig)
+        return fig
+
+    drain, ack_rate, cpu, parent, child, p50, p99 = ({}, {}, {}, {}, {}, {}, {})
+    for pool in pools:
+        target = ">= 2000" if pool == "processes" and engine == "postgresql" else ""
+        drain[pool] = add(pool, f"drain {sizes.drain} no-op, 1 process", "jobs/s", target)
+        ack_rate[pool] = add(pool, "the same, to the last ack", "jobs/s")
+        cpu[pool] = add(pool, "worker CPU per job (start-up included)", "us")
+        parent[pool] = add(pool, "worker RSS after drain (peak)", "MB")
+        if pool == "processes":
+            child[pool] = add(pool, "largest child's RSS (peak)", "MB")
+        p50[pool] = add(pool, f"pickup latency p50 ({sizes.latency} jobs)", "ms")
+        p99[pool] = add(pool, f"pickup latency p99 ({sizes.latency} jobs)", "ms")
+    for run in range(runs):
+        order = list(pools) if run % 2 == 0 else list(reversed(pools))
+        for pool in order:
+            args = ["--concurrency", "4", "--pool", pool]
+            result = run_json([*py, "drain", str(sizes.drain), "1", *args], env)
+            drain[pool].values.append(result["rate"])
+            ack_rate[pool].values.append(result["ack_rate"])
+            cpu[pool].values.append(result["cpu_us_per_job"])
+            parent[pool].values.append(result["parent_rss_mb"])
+            if pool in child:
+                child[pool].values.append(result["child_rss_mb"])
+        for pool in order:
+            args = ["--concurrency", "4", "--pool", pool]
+            result = run_json([*py, "latency", str(sizes.latency), *args], env)
+            p50[pool].values.append(result["p50_ms"])
+            p99[pool].values.append(result["p99_ms"])
+    gap = Figure(
+        "pickup latency p50, process pool minus thread pool", "alkstore", engine, "ms",
+        target="<= 2",
+    )  # fmt: skip
+    gap.values = [
+        a - b for a, b in zip(p50["processes"].values, p50["threads"].values, strict=True)
+    ]
+    return [*figures, gap]
+
+
+def baseline_figures(engine: str, url: str, tree: Path, sizes: Sizes, runs: int) -> list[Figure]:
+    """Enqueue and drain with this tree and with ``tree`` (an earlier checkout), alternating.
+
+    Both sides run this tree's bench code; the baseline imports its own
+    ``alkstore_django`` from a directory that links ``bench`` here and
+    ``alkstore_django`` there, on a database of its own (its schema is its
+    own). Each round runs every workload on both sides back to back, the side
+    that goes first alternating, so a change in the machine's load hits both.
+    """
+    label = subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    site = Path(tempfile.mkdtemp(prefix="alkbench-baseline-"))
+    (site / "bench").symlink_to(ROOT / "bench")
+    (site / "alkstore_django").symlink_to(tree.resolve() / "alkstore_django")
+    sides = {
+        "alkstore": (ROOT, dict(base_env(), BENCH_DATABASE_URL=url)),
+        f"baseline {label}": (
+            site,
+            dict(base_env(site), BENCH_DATABASE_URL=side_database(engine, url, "_baseline")),
+        ),
+    }
+    expected = {
+        "alkstore": (ROOT / "alkstore_django").resolve(),
+        f"baseline {label}": (tree / "alkstore_django").resolve(),
+    }
+    py = [sys.executable, "-m", "bench.workloads"]
+    workloads = {
+        "enqueue one by one": (["enqueue", str(sizes.enqueue_one), "0"], "rate", "jobs/s"),
+        "enqueue_many(1000)": (["enqueue", str(sizes.enqueue_1000), "1000"], "rate", "jobs/s"),
+        f"drain {sizes.drain} no-op, 1 process": (
+            ["drain", str(sizes.drain), "1"], "rate", "jobs/s",
+        ),
+        f"drain {sizes.drain} no-op, 1 process, to the last ack": (
+            ["drain", str(sizes.drain), "1"], "ack_rate", "jobs/s",
+        ),
+        f"drain {sizes.drain} no-op, 1 process, worker CPU per job": (
+            ["drain", str(sizes.drain), "1"], "cpu_us_per_job", "us",
+        ),
+        f"drain {sizes.drain} no-op, 4 processes": (
+            ["drain", str(sizes.drain), "4"], "rate", "jobs/s",
+        ),
+        f"drain {sizes.drain} no-op, 4 processes, to the last ack": (
+            ["drain", str(sizes.drain), "4"], "ack_rate", "jobs/s",
+        ),
+    }  # fmt: skip
+    figures = {
+        (side, name): Figure(name, side, engine, unit)
+        for side in sides
+        for name, (_, _, unit) in workloads.items()
+    }
+    try:
+        for cwd, env in sides.values():
+            run_json([*py, "migrate"], env, cwd=cwd)
+        for run in range(runs):
+            order = list(sides) if run % 2 == 0 else list(reversed(sides))
+            done: dict[tuple[str, tuple[str, ...]], dict] = {}
+            for name, (args, key, _) in workloads.items():
+                for side in order:
+                    cwd, env = sides[side]
+                    # A drain gives two figures (to the exit, to the last ack): run it once.
+                    result = done.get((side, tuple(args)))
+                    if result is None:
+                        result = done[side, tuple(args)] = run_json([*py, *args], env, cwd=cwd)
+                    imported = Path(result["alkstore_django"]).resolve()
+                    if imported != expected[side]:
+                        raise SystemExit(f"{side} imported {imported}, not {expected[side]}")
+                    figures[side, name].values.append(result[key])
+            log(f"{engine}: baseline round {run + 1} of {runs} done")
+    finally:
+        for link in site.iterdir():
+            link.unlink()
+        site.rmdir()
+    rows = list(figures.values())
+    for name in workloads:
+        ours, theirs = figures["alkstore", name], figures[f"baseline {label}", name]
+        ratio = Figure(f"{name} vs {label}", "alkstore/baseline", engine, "x", target=">= 0.95")
+        # Above 1 is better for alkstore: for CPU time, the ratio is inverted.
+        pairs = zip(ours.values, theirs.values, strict=True)
+        if ours.unit == "us":
+            ratio.values = [b / a for a, b in pairs]
+            ratio.note = "baseline / alkstore: above 1 means alkstore uses less"
+        else:
+            ratio.values = [a / b for a, b in pairs]
+        rows.append(ratio)
+    return rows
 
 
 def ensure_peers_venv() -> Path:
@@ -417,7 +600,26 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="Smaller sizes (about 2 minutes).")
     parser.add_argument("--runs", type=int, default=3, help="Runs per figure (at least 3).")
     parser.add_argument("--engines", default="postgresql,sqlite")
+    parser.add_argument(
+        "--workloads",
+        default=",".join(WORKLOADS),
+        help=f"Which workloads to run (default all: {','.join(WORKLOADS)}).",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="TREE",
+        help="Instead: enqueue and drain side by side with the checkout at TREE "
+        "(e.g. a git worktree of an earlier commit), alternating run by run.",
+    )
     args = parser.parse_args()
+    workloads = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
+    unknown = sorted(set(workloads) - set(WORKLOADS))
+    if unknown:
+        raise SystemExit(f"Unknown workload(s) {unknown}: expected some of {', '.join(WORKLOADS)}.")
+    if args.baseline is not None and not (args.baseline / "alkstore_django").is_dir():
+        raise SystemExit(f"--baseline {args.baseline}: no alkstore_django package there.")
     sys.path.insert(0, str(ROOT))
     runs = max(3, args.runs)
     sizes = Sizes.for_mode(args.quick)
@@ -439,11 +641,14 @@ def main() -> int:
         else:
             raise SystemExit(f"Unknown engine {engine!r}: expected postgresql, sqlite or mariadb.")
         log(f"{engine}: starting")
-        figures += alkstore_figures(engine, url, sizes, runs)
+        if args.baseline is not None:
+            figures += baseline_figures(engine, url, args.baseline, sizes, runs)
+        else:
+            figures += alkstore_figures(engine, url, sizes, runs, workloads)
     if args.peers:
         figures += peer_figures(sizes, runs, pg_url)
         figures += ratio_rows(figures)
-    judge([f for f in figures if f.system == "alkstore"])
+    judge([f for f in figures if f.system in ("alkstore", "alkstore/baseline")])
     elapsed = time.monotonic() - started
     print(
         f"alkstore bench: {runs} runs per figure, {'quick' if args.quick else 'full'} sizes, "

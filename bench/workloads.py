@@ -15,6 +15,7 @@ Each prints one JSON object on its last line of stdout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -22,10 +23,15 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+# Not resolved: bench/run.py --baseline runs this code from a directory whose
+# ``bench`` is a symlink to this one and whose ``alkstore_django`` is another
+# tree's, and the workers must start there too.
+ROOT = Path(__file__).absolute().parent.parent
 
 
 def setup() -> None:
@@ -100,13 +106,82 @@ def worker_env(mark_file: str) -> dict[str, str]:
     return env
 
 
+def log_stamp(line: str) -> float:
+    """Return a worker log line's time (``asctime``, local, to the millisecond) as monotonic."""
+    wall = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return wall - (time.time() - time.monotonic())
+
+
+class RssSampler:
+    """Peak resident sets (``VmHWM``) of the workers and of their children, polled from /proc.
+
+    ``wait4`` gives one figure per worker that also covers its reaped
+    children; the process pool needs the parent's and the pool children's
+    apart. The sentinel (a fork of the worker, mostly pages it shares) is
+    kept apart from the pool children.
+    """
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.parent_kb: dict[int, int] = {}
+        self.children_kb: dict[int, int] = {}
+        self.sentinel_kb: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _hwm_kb(pid: int) -> int:
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1])
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    @staticmethod
+    def _children(pid: int) -> list[int]:
+        found = []
+        for task in Path(f"/proc/{pid}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                found += [int(c) for c in task.read_text().split()]
+        return found
+
+    def _sample(self) -> None:
+        for pid in self.pids:
+            self.parent_kb[pid] = max(self.parent_kb.get(pid, 0), self._hwm_kb(pid))
+            for child in self._children(pid):
+                try:
+                    pool_child = (
+                        b"alkstore_django.child" in Path(f"/proc/{child}/cmdline").read_bytes()
+                    )
+                except OSError:
+                    continue
+                peaks = self.children_kb if pool_child else self.sentinel_kb
+                peaks[child] = max(peaks.get(child, 0), self._hwm_kb(child))
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self._sample()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def cmd_drain(n: int, procs: int, extra: list[str], queue: str = "bench.noop") -> dict:
     """Drain ``n`` no-op jobs of ``queue`` with ``procs`` ``runworker --burst`` processes.
 
     The rate is counted from the first handler start in any process (Django's
     start-up excluded) to the exit of the last process; ``wall_rate`` counts
-    from the spawn. RSS is each process's peak (``wait4``), so at least its
-    resident size after the drain.
+    from the spawn, ``ack_rate`` only to the last ack's log line (the drain's
+    work, without the process's exit). RSS is each process's peak (``wait4``,
+    which covers its reaped children too), so at least its resident size after
+    the drain; ``parent_rss_mb``, ``child_rss_mb`` and ``sentinel_rss_mb`` are
+    the workers', their pool children's and their sentinels' peaks apart. CPU
+    is the workers' and their children's, start-up included.
     """
     from django.db import connections
 
@@ -132,6 +207,7 @@ def cmd_drain(n: int, procs: int, extra: list[str], queue: str = "bench.noop") -
                 cwd=ROOT,
             )
         )
+    sampler = RssSampler([child.pid for child in children])
     rss_kb = []
     codes = []
     cpu_s = 0.0
@@ -142,6 +218,7 @@ def cmd_drain(n: int, procs: int, extra: list[str], queue: str = "bench.noop") -
         rss_kb.append(usage.ru_maxrss)
         cpu_s += usage.ru_utime + usage.ru_stime
     ended = time.monotonic()
+    sampler.stop()
     firsts = []
     for index in range(procs):
         path = tmp / f"mark-{index}"
@@ -152,10 +229,12 @@ def cmd_drain(n: int, procs: int, extra: list[str], queue: str = "bench.noop") -
     live, dead = counts()
     connections.close_all()
     acked = 0
+    last_ack = 0.0
     for index in range(procs):
         for line in (tmp / f"log-{index}").read_text().splitlines():
             if "outcome=acked" in line:
                 acked += 1
+                last_ack = max(last_ack, log_stamp(line))
     if codes != [0] * procs or live or dead or not firsts:
         raise SystemExit(
             f"drain failed: exit codes {codes}, {live} live, {dead} dead; logs in {tmp}"
@@ -170,8 +249,13 @@ def cmd_drain(n: int, procs: int, extra: list[str], queue: str = "bench.noop") -
         "seconds": ended - first,
         "rate": n / (ended - first),
         "wall_rate": n / (ended - spawned),
+        "ack_rate": n / (last_ack - first),
         "logged_acks": acked,
         "rss_mb": max(rss_kb) / 1024,
+        "parent_rss_mb": max(sampler.parent_kb.values(), default=0) / 1024,
+        "child_rss_mb": max(sampler.children_kb.values(), default=0) / 1024,
+        "children": len(sampler.children_kb),
+        "sentinel_rss_mb": max(sampler.sentinel_kb.values(), default=0) / 1024,
         # Worker CPU (start-up included) per job, in microseconds.
         "cpu_us_per_job": cpu_s / n * 1e6,
     }
@@ -402,6 +486,10 @@ def main(argv: list[str]) -> None:
         result = cmd_backlog_run(int(args[0]))
     else:
         raise SystemExit(f"unknown workload {command!r}")
+    import alkstore_django
+
+    # Which tree's package ran (bench/run.py --baseline checks it).
+    result["alkstore_django"] = str(Path(alkstore_django.__file__).parent)
     print(json.dumps(result))
 
 

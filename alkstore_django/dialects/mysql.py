@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from django.core import checks
 from django.db import DatabaseError, IntegrityError, OperationalError, transaction
 
+from ..conf import app_settings
 from ..models import ChannelMessage
 from ..records import EnqueueStamps
 from ..records import Job as JobRecord
@@ -316,6 +317,7 @@ class MysqlDialect(OperatorDialect):
         """
         by_deadline: dict[datetime, list[int]] = {}
         claimed = []
+        codec = app_settings.payload_codec
         for row in rows:
             deadline = now + timedelta(microseconds=round(row[7] * 1_000_000))
             by_deadline.setdefault(deadline, []).append(row[0])
@@ -323,7 +325,7 @@ class MysqlDialect(OperatorDialect):
             values[5] += 1  # attempts
             values[10], values[11], values[12] = "processing", worker_id, deadline
             values[15] += 1  # generation
-            claimed.append(self.job_from_row(values))
+            claimed.append(self.job_from_row(values, codec))
         for deadline, ids in by_deadline.items():
             match, params = self.ids_sql(ids)
             cursor.execute(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import selectors
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -20,6 +21,7 @@ from typing import Any
 from django.core import checks
 from django.db import connections, transaction
 
+from ..conf import app_settings
 from ..records import EnqueueStamps
 from ..records import Job as JobRecord
 from .base import (
@@ -254,7 +256,8 @@ class PostgresDialect(OnConflictDialect):
         ]  # fmt: skip
         rows = self.fetch_prepared(self._claim_sql, params)
         acked = list(rows[0][0] or ()) if rows else []
-        jobs = [self.job_from_row(row[1:]) for row in rows if row[1] is not None]
+        codec = app_settings.payload_codec
+        jobs = [self.job_from_row(row[1:], codec) for row in rows if row[1] is not None]
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
         return acked, jobs
 
@@ -400,13 +403,21 @@ class PostgresWatcher(Watcher):
                     # Anything sent while we were away is lost: report a wake-up
                     # so the caller polls at once.
                     return [("", "")]
-            messages = []
-            for note in self._conn.notifies(timeout=max(timeout_s, 0.0), stop_after=1):
-                messages.append((note.channel, note.payload))
-            # Drain whatever else already arrived without waiting again.
+            # psycopg's timed wait costs most of a millisecond of CPU per call
+            # whatever the timeout; waiting on the socket costs microseconds,
+            # so the worker's watcher can look at its halt flag often.
+            # notifies(timeout=0) reads what already arrived (and what psycopg
+            # kept from earlier statements) without waiting.
+            messages = self._pending()
             if messages:
-                for note in self._conn.notifies(timeout=0, stop_after=1000):
-                    messages.append((note.channel, note.payload))
+                return messages
+            with selectors.DefaultSelector() as selector:
+                selector.register(self._conn.fileno(), selectors.EVENT_READ)
+                while not messages:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 or not selector.select(remaining):
+                        break
+                    messages = self._pending()
             return messages
         except psycopg.Error as exc:
             logger.warning("listener connection lost alias=%s error=%s", self.alias, exc)
@@ -418,6 +429,11 @@ class PostgresWatcher(Watcher):
     def wait_for_controls(self, timeout_s: float) -> tuple[bool, bool]:
         messages = self.receive(timeout_s)
         return bool(messages), any(payload == CONTROL_PAYLOAD for _, payload in messages)
+
+    def _pending(self) -> list[tuple[str, str]]:
+        return [
+            (note.channel, note.payload) for note in self._conn.notifies(timeout=0, stop_after=1000)
+        ]
 
     def _drop(self) -> None:
         if self._conn is not None:

@@ -22,7 +22,7 @@ from django.core import checks
 from django.db import connections
 from django.utils.dateparse import parse_datetime
 
-from ..conf import DEFAULT_SQLITE_WATCH_INTERVAL_S
+from ..conf import DEFAULT_SQLITE_WATCH_INTERVAL_S, app_settings
 from ..models import ChannelMessage
 from ..records import EnqueueStamps
 from ..records import Job as JobRecord
@@ -228,7 +228,8 @@ class SqliteDialect(OnConflictDialect):
             )
             cursor.execute(claim_sql, [worker_id, now, queue, now, now, queue, n])
             rows = cursor.fetchall()
-        jobs = [self.job_from_row(row) for row in rows]
+        codec = app_settings.payload_codec
+        jobs = [self.job_from_row(row, codec) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
         return acked, jobs
 

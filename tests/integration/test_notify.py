@@ -10,13 +10,16 @@ mechanism is pinned by a test of its own.
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
 from alkstore_django import store
 from alkstore_django.models import Job
-from alkstore_django.notify import open_watcher
+from alkstore_django.notify import HALT_CHECK_S, open_watcher, watch_queues
 from alkstore_django.queues import channel_for
 from tests.conftest import mysql_only, needs
 
@@ -119,3 +122,19 @@ def test_channel_for__fits_postgres_identifiers_for_any_name():
     channels = {channel_for(name) for name in names}
     assert len(channels) == len(names)
     assert all(len(c.encode()) <= 63 and c.isascii() and c.isidentifier() for c in channels)
+
+
+def test_watch_queues__stops_within_a_tenth_of_a_second_of_its_halt():
+    # A stopping worker joins this thread: a --burst drain used to exit up to a
+    # second after its last ack while the watcher finished a one-second wait.
+    wake, halt = threading.Event(), threading.Event()
+    thread = threading.Thread(
+        target=watch_queues, args=(store, [store.queue("woken")], wake, halt), daemon=True
+    )
+    thread.start()
+    time.sleep(0.3)  # the watcher is inside a wait
+    halted = time.monotonic()
+    halt.set()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert time.monotonic() - halted < HALT_CHECK_S + 0.3
