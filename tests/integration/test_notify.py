@@ -127,9 +127,11 @@ def test_channel_for__fits_postgres_identifiers_for_any_name():
 def test_watch_queues__stops_within_a_tenth_of_a_second_of_its_halt():
     # A stopping worker joins this thread: a --burst drain used to exit up to a
     # second after its last ack while the watcher finished a one-second wait.
-    wake, halt = threading.Event(), threading.Event()
+    wake, halt, controls = threading.Event(), threading.Event(), threading.Event()
     thread = threading.Thread(
-        target=watch_queues, args=(store, [store.queue("woken")], wake, halt), daemon=True
+        target=watch_queues,
+        args=(store, [store.queue("woken")], wake, halt, controls),
+        daemon=True,
     )
     thread.start()
     time.sleep(0.3)  # the watcher is inside a wait
