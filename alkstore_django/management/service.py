@@ -8,8 +8,10 @@ the same way on SIGTERM or SIGINT.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import pkgutil
 import signal
 import sys
 import threading
@@ -17,7 +19,8 @@ from typing import Any
 
 from django.core.management.base import CommandError
 from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
-from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.loader import MigrationLoader
+from django.db.migrations.recorder import MigrationRecorder
 
 APP_LABEL = "alkstore_django"
 LOG_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -81,15 +84,26 @@ def require_migrated(using: str) -> None:
     Checked once before serving: without it a worker on an unmigrated
     database takes "no such table" for an outage and retries forever. A
     database that cannot be reached is left to the service's own outage
-    handling (it waits for the database to come back).
+    handling (it waits for the database to come back). Only this app's
+    migration files and rows are read: loading the site's whole migration
+    graph would cost every worker start a second on a large project.
     """
+    module_name, _ = MigrationLoader.migrations_module(APP_LABEL)  # honours MIGRATION_MODULES
+    if module_name is None:  # MIGRATION_MODULES turned them off: nothing to check
+        return
+    module = importlib.import_module(module_name)
+    names = [m.name for m in pkgutil.iter_modules(module.__path__) if m.name[:4].isdigit()]
     try:
-        executor = MigrationExecutor(connections[using])
-        targets = [key for key in executor.loader.graph.leaf_nodes() if key[0] == APP_LABEL]
-        missing = [migration.name for migration, _ in executor.migration_plan(targets)]
+        recorder = MigrationRecorder(connections[using])
+        applied = (
+            set(recorder.migration_qs.filter(app=APP_LABEL).values_list("name", flat=True))
+            if recorder.has_table()
+            else set()
+        )
     except (OperationalError, InterfaceError) as exc:
         logger.warning("migrations not checked: database %r unavailable (%s)", using, exc)
         return
+    missing = sorted(name for name in names if name not in applied)
     if missing:
         option = "" if using == DEFAULT_DB_ALIAS else f" --database {using}"
         raise CommandError(
