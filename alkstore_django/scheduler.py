@@ -384,10 +384,11 @@ def _fire(store: Store, row: Schedule, now: datetime) -> int:
             last_error_at=now,
         )
         return 0
-    ScheduleFire.objects.using(store.using).bulk_create(
-        ScheduleFire(job_id=job_id, schedule=row.name, boundary=boundary)
-        for job_id, boundary in zip(ids, due, strict=True)
-    )
+    # One INSERT each (at most 64), not bulk_create: Django 5.2 wraps that in
+    # atomic(), which on SQLite issues a BEGIN inside the tick's BEGIN IMMEDIATE.
+    fires = ScheduleFire.objects.using(store.using)
+    for job_id, boundary in zip(ids, due, strict=True):
+        fires.create(job_id=job_id, schedule=row.name, boundary=boundary)
     rows.update(
         next_run_at=next_run_at,
         refused_from=None,
