@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import time
@@ -148,7 +149,12 @@ def test_postgres_restarted_mid_drain__everyone_reconnects_and_nothing_is_lost(
     assert set(codes.values()) == {0}, codes
     logs = {p.name: p.log() for p in fleet.procs}
     assert any("database unavailable" in logs[w.name] for w in workers), fleet.tail()
-    assert "scheduler database unavailable" in logs["outage-sched"], fleet.tail()
+    # The scheduler saw the outage: in a tick ("unavailable", then it waits for
+    # the server) or, as here most often, while sleeping between ticks (it logs
+    # the error and goes on with a new connection, keeping its lease).
+    assert re.search(
+        r"scheduler database (unavailable|error while sleeping)", logs["outage-sched"]
+    ), fleet.tail()
     # Enqueues during the outage failed loudly; none was dropped or half-written.
     assert refused, "no enqueue saw the outage"
     stored = sorted(p["probe"] for p in Job.objects.filter(queue="chaos.probe").values_list(
