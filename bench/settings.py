@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 SECRET_KEY = "alkstore-bench-not-secret"
@@ -53,10 +55,20 @@ DATABASES = {
 }
 
 # The queue-control rows of the drain (bench/run.py): the same no-op handler
-# under a max_running and under a rate, next to the plain bench.noop.
+# under a max_running and under a rate, next to the plain bench.noop. An
+# earlier checkout run by --baseline has no queue controls (its checks would
+# refuse the options), so they are set only where the package has them.
+_package = importlib.util.find_spec("alkstore_django")
+_has_controls = (
+    _package is not None
+    and _package.origin is not None
+    and (Path(_package.origin).parent / "dialects" / "controls.py").exists()
+)
 ALKSTORE = {
     "QUEUES": {
         "bench.limited": {"max_running": 16},
         "bench.rated": {"rate": "3000/s"},
     }
+    if _has_controls
+    else {}
 }
