@@ -29,7 +29,7 @@ from alkstore_django.scheduler import (
     tick,
 )
 from alkstore_django.specs import boundaries, parse_spec
-from tests.conftest import VENDOR
+from tests.conftest import VENDOR, unpooled
 from tests.helpers import db_now, wait_for
 from tests.integration.test_scheduler import Runner, boundaries_ago, leader
 
@@ -267,6 +267,7 @@ def _drop_other_connections() -> int:
 
 
 @pytest.mark.skipif(VENDOR == "sqlite", reason="SQLite has no server session to drop")
+@unpooled("the pooler replaces a dropped server session unseen: the runner sees no error")
 @pytest.mark.django_db(transaction=True)
 def test_run_schedules__a_dropped_connection_while_sleeping_does_not_end_the_lead(caplog):
     store.schedule("idle", "@cron @yearly", "reports")
