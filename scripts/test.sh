@@ -191,10 +191,9 @@ if [ $# -eq 0 ]; then
 fi
 
 for venv in "${VENVS[@]}"; do
-  # The fault-injection tier, the browser test, and the process-pool,
-  # hostile-handler and concurrency tests exercise processes, signals and the
-  # database, not Django's version: they run under the first (newest) Django
-  # only, which keeps the whole command inside 30 minutes. Django
+  # The fault-injection tier and the browser test exercise processes, signals
+  # and the database, not Django's version: they run under the first (newest)
+  # Django only, which keeps the whole command inside a few minutes. Django
   # 6.0 runs the Tasks tests only (unless told what to run): the rest does not
   # depend on 6.0 vs 6.1. The install test ran above, once.
   LIMIT=(--ignore=tests/test_packaging.py)
@@ -202,8 +201,7 @@ for venv in "${VENVS[@]}"; do
   if [ "$venv" = .venv-django60 ] && [ $# -eq 0 ]; then
     LIMIT+=(tests/tasks); newest=0
   elif [ "$venv" != "${VENVS[0]}" ]; then
-    LIMIT+=(--ignore=tests/chaos --ignore=tests/browser --ignore=tests/commands/test_pools.py
-            --ignore=tests/hostile/test_hostile_handlers.py --ignore=tests/concurrency); newest=0
+    LIMIT+=(--ignore=tests/chaos --ignore=tests/browser); newest=0
   fi
   version=$("$venv/bin/python" -c 'import django; print(django.get_version())')
   echo "== makemigrations --check (Django $version)"
