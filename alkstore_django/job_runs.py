@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,6 +50,11 @@ logger = logging.getLogger("alkstore_django.worker")
 # Only these mean "the database is unreachable": the caller retries the whole
 # outcome later. Any other error while recording one outcome belongs to that job.
 CONNECTION_ERRORS = (OperationalError, InterfaceError)
+# A handler thread's connections are tidied after every job; before one only
+# when the last tidy is older than this (a connection may have aged or broken
+# while the thread was idle).
+TIDY_FRESH_S = 1.0
+_tidied = threading.local()
 
 
 def tidy_connections(close: Callable[[], None]) -> None:
@@ -146,13 +152,20 @@ def run_handler(func: Callable[[Any], Any], arg: Any, job: Job) -> Outcome:
 
 
 def run_job(func: Callable[[Any], Any], job: Job) -> Outcome:
-    """Run a worker handler as a request would run a view: fresh connections around it."""
-    tidy_connections(close_old_connections)
+    """Run a worker handler as a request would run a view: fresh connections around it.
+
+    The tidy before a job is skipped when this thread tidied after its
+    previous job less than ``TIDY_FRESH_S`` ago: nothing used a connection
+    since, and a tidy costs more than a no-op job's handler call.
+    """
+    if time.monotonic() - getattr(_tidied, "at", float("-inf")) >= TIDY_FRESH_S:
+        tidy_connections(close_old_connections)
     send_robust(job_started, job.queue, job=job)
     try:
         return run_handler(func, job, job)
     finally:
         tidy_connections(close_old_connections)
+        _tidied.at = time.monotonic()
 
 
 def has_hooks(func: Any) -> bool:

