@@ -24,6 +24,6 @@ class AlkstoreConfig(AppConfig):
         handlers.autodiscover()
         if django.VERSION >= (6, 0):
             # django.tasks exists only on Django 6: the backend module is imported only there.
-            from .tasks import register_task_runners
+            from .tasks.backend import register_task_runners
 
             register_task_runners()

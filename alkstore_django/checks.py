@@ -229,7 +229,7 @@ def _check_codec(raw: dict[str, Any]) -> list[checks.CheckMessage]:
 
 def _check_schedules(raw: dict[str, Any]) -> list[checks.CheckMessage]:
     """Validate ``ALKSTORE["SCHEDULES"]``: each entry as ``store.schedule()`` would."""
-    from .scheduler import SCHEDULE_KEYS, check_declaration
+    from .scheduler.leader import SCHEDULE_KEYS, check_declaration
 
     if "SCHEDULES" not in raw:
         return []

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from django.utils.timezone import is_aware, localtime
 
 if TYPE_CHECKING:
-    from .outcomes import OutcomeBucket
+    from .throughput import OutcomeBucket
 
 ERROR_PREVIEW_CHARS = 80
 CHART_WIDTH = 720

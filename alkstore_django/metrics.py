@@ -25,7 +25,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from . import operations, presence
 from .conf import app_settings
 from .models import Lock, Schedule
-from .scheduler import LEADER_LOCK
+from .scheduler.leader import LEADER_LOCK
 
 QUEUE_STATES = ("pending", "scheduled", "processing", "overdue", "dead")
 

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import transaction
 
-from .attempts import purge_orphaned_attempts, recent_timeouts
 from .conf import app_settings
 from .errors import InvalidArgument
+from .history import purge_orphaned_attempts, recent_timeouts
 from .presence import live_workers, purge_gone
 from .records import Job, QueueStats, Schedule
 from .specs import parse_spec

@@ -8,9 +8,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .conf import ENGINE_DEFAULTS, QueueOptions
-from .failures import loggable
+from .error_text import loggable
+from .executor import run_handler, settle
 from .handlers import outbox_queue_name, validate_outbox_name
-from .job_runs import run_handler, settle
 from .queues import JobHandle, Queue
 from .validation import OnDuplicate, validate_worker_id
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 
 from .conf import QueueOptions, app_settings
+from .error_text import error_text
 from .errors import DuplicateJob, InvalidArgument
-from .failures import error_text
 from .records import EnqueueStamps, Job, QueueStats, SweepResult
 from .signals import job_enqueued
 from .timing import backoff_s

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .locks import LockHandle
     from .outbox import Outbox
     from .records import Job, Notification, Schedule
-    from .scheduler import Fire
+    from .scheduler.leader import Fire
 
 
 class Store:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidArgument
+from .executor import has_hooks, run_handler, settle
 from .handlers import outbox_queue_name, registry
-from .job_runs import has_hooks, run_handler, settle
 from .store import get_store
 
 DEFAULT_WORKER_ID = "run_ready_jobs"
@@ -107,7 +107,7 @@ def run_ready_tasks(
     backends' ``QUEUES`` by default). Results, signals and retries are as
     ``runworker`` makes them. Requires Django 6.
     """
-    from .tasks import alkstore_backends
+    from .tasks.backend import alkstore_backends
 
     if queues is None:
         queues = sorted(

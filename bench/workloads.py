@@ -155,7 +155,8 @@ class RssSampler:
             for child in self._children(pid):
                 try:
                     pool_child = (
-                        b"alkstore_django.child" in Path(f"/proc/{child}/cmdline").read_bytes()
+                        b"alkstore_django.worker.child"
+                        in Path(f"/proc/{child}/cmdline").read_bytes()
                     )
                 except OSError:
                     continue

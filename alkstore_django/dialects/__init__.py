@@ -19,9 +19,9 @@ from .base import Dialect, Watcher
 
 # vendor -> "module:class"; MariaDB and MySQL share Django's "mysql" vendor.
 DIALECTS = {
-    "postgresql": "postgresql:PostgresDialect",
-    "sqlite": "sqlite:SqliteDialect",
-    "mysql": "mysql:MysqlDialect",
+    "postgresql": "postgresql.dialect:PostgresDialect",
+    "sqlite": "sqlite.dialect:SqliteDialect",
+    "mysql": "mysql.dialect:MysqlDialect",
 }
 SUPPORTED = "PostgreSQL 13+, SQLite 3.35+, MariaDB 10.6+ and MySQL 8.0+"
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 from alkstore_django import operations, store
 from alkstore_django.errors import InvalidArgument
 from alkstore_django.models import DeadJob, Job, OutcomeMinute
-from alkstore_django.outcomes import prune_outcomes, recent_outcomes, record_outcomes
+from alkstore_django.throughput import prune_outcomes, recent_outcomes, record_outcomes
 from tests.factories import DeadJobFactory
 
 pytestmark = pytest.mark.django_db

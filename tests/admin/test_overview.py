@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from alkstore_django import store
-from alkstore_django.outcomes import record_outcomes
+from alkstore_django.throughput import record_outcomes
 from tests.factories import DeadJobFactory
 from tests.helpers import lapse_claim
 
@@ -89,8 +89,8 @@ def test_overview__a_bad_refresh_is_a_400_naming_it(admin_client, value):
 
 def test_overview__flags_a_queue_nobody_consumes_and_counts_recent_time_outs(admin_client):
     from alkstore_django import presence
-    from alkstore_django.attempts import record_attempt
-    from alkstore_django.failures import timed_out
+    from alkstore_django.error_text import timed_out
+    from alkstore_django.history import record_attempt
 
     q = store.queue("ov.orphan")
     q.enqueue("waiting")

@@ -82,7 +82,7 @@ def test_tasks_queue_that_a_handler_also_claims__is_a_check_error_naming_the_run
     assert checked.returncode == 1
     assert (
         "Queue 't.record' has 2 handlers (tests.testapp.jobs.record_run, "
-        "alkstore_django.task_runner.task_runner): expected one handler per queue."
+        "alkstore_django.tasks.runner.task_runner): expected one handler per queue."
     ) in checked.stderr
     assert "InvalidArgument" not in checked.stderr
 

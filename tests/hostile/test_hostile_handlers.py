@@ -15,7 +15,7 @@ import django
 import pytest
 
 from alkstore_django import operations, store
-from alkstore_django.failures import MAX_ERROR_CHARS
+from alkstore_django.error_text import MAX_ERROR_CHARS
 from alkstore_django.models import DeadJob, Job
 from tests.helpers import lapse_claim, make_due, runworker, wait_for
 from tests.testapp.models import Run

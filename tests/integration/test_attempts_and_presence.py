@@ -11,7 +11,7 @@ import pytest
 from django.test import override_settings
 
 from alkstore_django import operations, presence, store
-from alkstore_django.attempts import attempts_of, purge_orphaned_attempts
+from alkstore_django.history import attempts_of, purge_orphaned_attempts
 from alkstore_django.models import Attempt, LiveWorker
 from alkstore_django.testing import run_ready_jobs
 from alkstore_django.worker import Worker

@@ -10,10 +10,11 @@ import pytest
 from django.db import OperationalError, connection, connections
 from django.db.models.functions import Now
 
-from alkstore_django import scheduler, store
+from alkstore_django import store
 from alkstore_django.locks import acquire
 from alkstore_django.models import Job, Lock
 from alkstore_django.scheduler import LEADER_LOCK, serve
+from alkstore_django.scheduler import leader as scheduler
 from tests.conftest import postgres_only, unpooled
 from tests.helpers import wait_for
 

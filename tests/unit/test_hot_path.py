@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import pytest
 from django.db import connections
 
-from alkstore_django import job_runs, store
+from alkstore_django import executor, store
 from alkstore_django.dialects.base import JOB_COLUMNS
 from alkstore_django.management.service import LOG_FORMAT, VERBOSE_LOG_FORMAT, _Formatter
 from alkstore_django.records import Job
@@ -52,7 +52,7 @@ def test_formatter__writes_the_standard_asctime_across_seconds(fmt):
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize(("idle_s", "tidied"), [(0.0, False), (job_runs.TIDY_FRESH_S, True)])
+@pytest.mark.parametrize(("idle_s", "tidied"), [(0.0, False), (executor.TIDY_FRESH_S, True)])
 def test_run_job__tidies_connections_first_only_after_an_idle_spell(idle_s, tidied):
     # A connection that aged past its CONN_MAX_AGE while the thread was idle
     # is replaced before the next job; right after a job's own tidy it is not
@@ -66,9 +66,9 @@ def test_run_job__tidies_connections_first_only_after_an_idle_spell(idle_s, tidi
         wrapper = connections["default"]
         wrapper.ensure_connection()
         wrapper.close_at = time.monotonic() - 1  # past its maximum age
-        job_runs._tidied.at = time.monotonic() - idle_s
+        executor._tidied.at = time.monotonic() - idle_s
         job = store.dialect.job_from_row([None] * 2 + ["null"] + [None] * 17)
-        seen["outcome"] = job_runs.run_job(handler, job).kind
+        seen["outcome"] = executor.run_job(handler, job).kind
         connections.close_all()
 
     worker = threading.Thread(target=thread)

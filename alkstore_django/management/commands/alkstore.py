@@ -13,10 +13,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
 
 from ... import operations
-from ...attempts import attempts_of
 from ...conf import app_settings
 from ...display import error_summary, format_age, format_timestamp
 from ...errors import AlkstoreError
+from ...history import attempts_of
 from ...records import Job, Schedule
 from ..arguments import add_ids_option, database_alias, positive_int
 

@@ -17,12 +17,12 @@ from django.utils import autoreload
 from alkstore_django.conf import app_settings
 from alkstore_django.errors import AlkstoreError
 from alkstore_django.handlers import outbox_queue_name, registry
-from alkstore_django.instruments import Instruments
 from alkstore_django.management.arguments import positive_int, seconds
 from alkstore_django.management.service import start_service
-from alkstore_django.pools import POOLS
-from alkstore_django.sentinel import start_sentinel
 from alkstore_django.worker import Worker
+from alkstore_django.worker.instruments import Instruments
+from alkstore_django.worker.pools import POOLS
+from alkstore_django.worker.sentinel import start_sentinel
 
 # Far above any useful thread count, low enough that a typo cannot start
 # a hundred thousand threads or hold a whole queue under one worker's claim.

@@ -14,10 +14,10 @@ import logging
 import threading
 from typing import Any
 
+from ..error_text import describe
+from ..executor import Outcome, has_hooks, run_job
+from ..records import Job
 from .children import Child, ChildGone
-from .failures import describe
-from .job_runs import Outcome, has_hooks, run_job
-from .records import Job
 from .slots import RETURNED, RUNNING, ClaimSlots
 
 logger = logging.getLogger("alkstore_django.worker")

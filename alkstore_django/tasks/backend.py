@@ -34,17 +34,17 @@ from django.utils.dateparse import parse_datetime
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
-from .conf import app_settings
-from .errors import AlkstoreError, DuplicateJob
-from .handlers import registry
-from .models import DeadJob, TaskStatus
-from .models import Job as JobRow
-from .models import TaskResult as TaskResultRow
-from .records import Schedule
-from .store import Store, get_store
-from .validation import encode_payload, validate_duration, validate_name
+from ..conf import app_settings
+from ..errors import AlkstoreError, DuplicateJob
+from ..handlers import registry
+from ..models import DeadJob, TaskStatus
+from ..models import Job as JobRow
+from ..models import TaskResult as TaskResultRow
+from ..records import Schedule
+from ..store import Store, get_store
+from ..validation import encode_payload, validate_duration, validate_name
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("alkstore_django.tasks")
 
 DEFAULT_MAX_ATTEMPTS = 1  # Django's semantics: a raising task is FAILED.
 DEFAULT_RESULT_RETENTION_S = 604_800.0
@@ -607,7 +607,7 @@ def register_task_runners() -> None:
     (an ``@handler`` of the same name) is a conflict: the system check
     ``alkstore.E201`` names it and no worker runs that queue.
     """
-    from .task_runner import task_runner
+    from .runner import task_runner
 
     for backend in alkstore_backends():
         for name in backend.queue_names():

@@ -14,7 +14,7 @@ with the outcome. The parent can then
 - replace a child after ``max_jobs`` jobs or once its resident memory passes
   ``max_memory_mb``.
 
-Children are spawned (``python -m alkstore_django.child``), never forked
+Children are spawned (``python -m alkstore_django.worker.child``), never forked
 from the running worker: each sets Django up itself and opens connections of
 its own, so no connection, lock or thread is ever shared across a fork. They
 run in a session of their own, so a Ctrl-C in the terminal or a signal to the
@@ -40,9 +40,9 @@ import time
 from datetime import datetime
 from typing import Any
 
-from .failures import describe, timed_out
-from .job_runs import Outcome
-from .records import Job
+from ..error_text import describe, timed_out
+from ..executor import Outcome
+from ..records import Job
 
 logger = logging.getLogger("alkstore_django.worker")
 
@@ -110,7 +110,7 @@ class Child:
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "alkstore_django.child"],
+                [sys.executable, "-m", "alkstore_django.worker.child"],
                 env=env,
                 pass_fds=(to_child_r, from_child_w),
                 stdin=subprocess.DEVNULL,
@@ -242,8 +242,8 @@ def child_main() -> None:
     parent = os.getppid()
     threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
     jobs_r, results_w = (int(fd) for fd in os.environ[FDS_ENV].split(","))
-    from .handlers import registry
-    from .job_runs import has_hooks, run_job
+    from ..executor import has_hooks, run_job
+    from ..handlers import registry
 
     _write_all(results_w, _encode({"ready": True}))
     with os.fdopen(jobs_r, "rb") as jobs:

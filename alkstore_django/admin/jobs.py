@@ -31,16 +31,16 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from . import operations
-from .admin_base import AlkstoreModelAdmin, JobIdSearchMixin
-from .admin_base import has_perm as _has_perm
-from .admin_base import pre as _pre
-from .attempts import attempts_of
-from .conf import app_settings
-from .display import error_summary, format_age, format_timestamp, outcome_chart
-from .errors import AlkstoreError
-from .models import DeadJob, Job, JobState, Lock, QueueControl, QueueOverview
-from .outcomes import recent_outcomes
+from .. import operations
+from ..conf import app_settings
+from ..display import error_summary, format_age, format_timestamp, outcome_chart
+from ..errors import AlkstoreError
+from ..history import attempts_of
+from ..models import DeadJob, Job, JobState, Lock, QueueControl, QueueOverview
+from ..throughput import recent_outcomes
+from .base import AlkstoreModelAdmin, JobIdSearchMixin
+from .base import has_perm as _has_perm
+from .base import pre as _pre
 
 CHART_MINUTES = 60
 MARK = '<strong class="{}" style="color: #ba2121">{}</strong>'
@@ -456,4 +456,3 @@ class QueueControlAdmin(AlkstoreModelAdmin):
 
 # Django Tasks results, the live workers and the schedules, next to the jobs (in modules
 # of their own).
-from . import schedules_admin, tasks_admin, workers_admin  # noqa: E402, F401

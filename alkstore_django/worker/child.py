@@ -1,4 +1,4 @@
-"""The entry point of a process-pool child: ``python -m alkstore_django.child``.
+"""The entry point of a process-pool child: ``python -m alkstore_django.worker.child``.
 
 Kept apart from ``children.py`` so that nothing imports a model before
 Django is set up in the new interpreter.
@@ -10,6 +10,6 @@ if __name__ == "__main__":
     import django
 
     django.setup()
-    from alkstore_django.children import child_main
+    from alkstore_django.worker.children import child_main
 
     child_main()

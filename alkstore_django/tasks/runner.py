@@ -17,15 +17,15 @@ from django.tasks import TaskContext, TaskResult, task_backends
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
 from django.tasks.signals import task_finished, task_started
 
-from .conf import app_settings
-from .errors import Fail, PayloadError
-from .job_runs import Outcome
-from .models import TaskResult as TaskResultRow
-from .models import TaskStatus
-from .records import Job
-from .signals import send_robust
-from .store import get_store
-from .tasks import (
+from ..conf import app_settings
+from ..errors import Fail, PayloadError
+from ..executor import Outcome
+from ..models import TaskResult as TaskResultRow
+from ..models import TaskStatus
+from ..records import Job
+from ..signals import send_robust
+from ..store import get_store
+from .backend import (
     PRUNE_INTERVAL_S,
     AlkstoreBackend,
     TaskCall,
@@ -37,7 +37,7 @@ from .tasks import (
     rebuild_task,
 )
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("alkstore_django.task_runner")
 
 
 def _claimed_at(job: Job) -> datetime:

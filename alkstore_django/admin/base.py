@@ -18,9 +18,9 @@ from django.db.models import DateTimeField, Model, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.utils.html import format_html
 
-from .conf import app_settings
-from .display import format_timestamp
-from .validation import parse_id
+from ..conf import app_settings
+from ..display import format_timestamp
+from ..validation import parse_id
 
 
 def has_perm(request: HttpRequest, opts: Any, action: str) -> bool:

@@ -15,7 +15,7 @@ from datetime import timedelta
 from django.db.models import Count, Exists, OuterRef
 from django.db.models.functions import Now
 
-from .failures import TIMED_OUT_PREFIX
+from .error_text import TIMED_OUT_PREFIX
 from .models import Attempt, DeadJob, Job
 from .records import Job as JobRecord
 

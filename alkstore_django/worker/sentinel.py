@@ -33,14 +33,14 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
-from . import presence
-from .job_runs import Outcome, finished, settle
-from .models import Job
-from .queues import JobHandle
+from .. import presence
+from ..executor import Outcome, finished, settle
+from ..models import Job
+from ..queues import JobHandle
 from .slots import CLAIMED, RETURNED
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .loop import Worker
 
 logger = logging.getLogger("alkstore_django.worker")
 

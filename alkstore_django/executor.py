@@ -29,9 +29,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import async_to_sync
 from django.db import InterfaceError, OperationalError, close_old_connections, transaction
 
-from .attempts import record_attempt
-from .errors import Fail, Snooze
-from .failures import (
+from .error_text import (
     MAX_LOGGED_ERROR_CHARS,
     class_path,
     describe,
@@ -39,6 +37,8 @@ from .failures import (
     loggable,
     message_of,
 )
+from .errors import Fail, Snooze
+from .history import record_attempt
 from .signals import job_finished, job_started, send_robust
 
 if TYPE_CHECKING:

@@ -22,15 +22,11 @@ from collections.abc import Sequence
 
 from django.db import DatabaseError, connections
 
-from . import presence
-from .children import KILL_GRACE_S
-from .conf import app_settings
-from .errors import InvalidArgument
-from .failures import describe, timed_out
-from .handlers import HandlerRegistry, registry
-from .holdings import Done, Held, Holdings
-from .instruments import Instruments
-from .job_runs import (
+from .. import presence
+from ..conf import app_settings
+from ..error_text import describe, timed_out
+from ..errors import InvalidArgument
+from ..executor import (
     CONNECTION_ERRORS,
     Outcome,
     finished,
@@ -38,15 +34,19 @@ from .job_runs import (
     settle,
     tidy_connections,
 )
-from .notify import watch_queues
-from .operations import sweep
+from ..handlers import HandlerRegistry, registry
+from ..notify import watch_queues
+from ..operations import sweep
+from ..queues import Queue
+from ..store import Store, get_store
+from ..validation import validate_worker_id
+from .children import KILL_GRACE_S
+from .holdings import Done, Held, Holdings
+from .instruments import Instruments
 from .pools import POOLS, PoolBroken, ProcessRunner, ThreadRunner, make_runner
-from .queues import Queue
-from .store import Store, get_store
 from .tally import Tally, WorkerStats
-from .validation import validate_worker_id
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("alkstore_django.worker")
 
 # Finished jobs' acks wait for the next claim (one commit for both) at most
 # this long before they are written on their own.

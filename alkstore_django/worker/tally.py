@@ -11,11 +11,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from .failures import loggable
+from ..error_text import loggable
+from ..executor import Outcome
+from ..records import Job
+from ..throughput import record_outcomes
 from .instruments import Instruments
-from .job_runs import Outcome
-from .outcomes import record_outcomes
-from .records import Job
 
 logger = logging.getLogger("alkstore_django.worker")
 

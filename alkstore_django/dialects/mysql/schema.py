@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core import checks
 
-from .base import JOB_TABLE
+from ..base import JOB_TABLE
 
 MARIADB_MINIMUM = (10, 6)
 MYSQL_MINIMUM = (8, 0, 1)

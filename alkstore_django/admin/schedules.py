@@ -20,17 +20,17 @@ from django.forms.models import BaseModelForm
 from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 
-from . import operations
-from .admin_base import AlkstoreModelAdmin
-from .admin_base import has_perm as _has_perm
-from .admin_base import pre as _pre
-from .display import error_summary
-from .errors import AlkstoreError
-from .models import Schedule
-from .scheduler import check_schedule, default_zone, schedule
-from .specs import parse_spec, parse_zone
-from .store import Store
-from .validation import validate_name
+from .. import operations
+from ..display import error_summary
+from ..errors import AlkstoreError
+from ..models import Schedule
+from ..scheduler.leader import check_schedule, default_zone, schedule
+from ..specs import parse_spec, parse_zone
+from ..store import Store
+from ..validation import validate_name
+from .base import AlkstoreModelAdmin
+from .base import has_perm as _has_perm
+from .base import pre as _pre
 
 MARK = '<span class="{}" style="font-weight: bold">{}</span>'
 EDITABLE = ("name", "spec", "zone", "misfire", "queue", "payload", "priority", "max_attempts",

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .job_runs import Outcome
-from .queues import JobHandle
+from ..executor import Outcome
+from ..queues import JobHandle
 from .slots import ClaimSlots
 
 logger = logging.getLogger("alkstore_django.worker")

@@ -14,9 +14,9 @@ from django.db.models import QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 
-from .admin_base import AlkstoreModelAdmin
-from .conf import app_settings
-from .models import LiveWorker
+from ..conf import app_settings
+from ..models import LiveWorker
+from .base import AlkstoreModelAdmin
 
 
 @admin.register(LiveWorker)

@@ -34,12 +34,11 @@ from typing import Any, TypeVar
 from django.core import checks
 from django.db import DatabaseError, IntegrityError, OperationalError, transaction
 
-from ..conf import app_settings
-from ..models import ChannelMessage
-from ..records import EnqueueStamps
-from ..records import Job as JobRecord
-from . import mysql_schema
-from .base import (
+from ...conf import app_settings
+from ...models import ChannelMessage
+from ...records import EnqueueStamps
+from ...records import Job as JobRecord
+from ..base import (
     DEAD_COLUMNS,
     DEAD_COPY,
     DEAD_TABLE,
@@ -56,11 +55,12 @@ from .base import (
     Watcher,
     schedule_params,
 )
-from .controls import CONTROL_TABLE, PAUSED
-from .mysql_schema import CLAIM_INDEX, UNIQUE_INDEX
-from .operators import OperatorDialect
+from ..controls import CONTROL_TABLE, PAUSED
+from ..operators import OperatorDialect
+from . import schema as mysql_schema
+from .schema import CLAIM_INDEX, UNIQUE_INDEX
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("alkstore_django.dialects.mysql")
 
 NOW = "UTC_TIMESTAMP(6)"
 EPOCH = "'1970-01-01 00:00:00'"
@@ -187,7 +187,7 @@ class MysqlDialect(OperatorDialect):
         queues: Sequence[str] = (),
         listen_alias: str | None = None,
     ) -> Watcher:
-        from .mysql_watch import MysqlWatcher
+        from .watch import MysqlWatcher
 
         return MysqlWatcher(listen_alias or self.using, list(channels), list(queues))
 

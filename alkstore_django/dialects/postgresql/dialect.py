@@ -21,10 +21,10 @@ from typing import Any
 from django.core import checks
 from django.db import connections, transaction
 
-from ..conf import app_settings
-from ..records import EnqueueStamps
-from ..records import Job as JobRecord
-from .base import (
+from ...conf import app_settings
+from ...records import EnqueueStamps
+from ...records import Job as JobRecord
+from ..base import (
     DEAD_COLUMNS,
     DEAD_COPY,
     DEAD_TABLE,
@@ -37,10 +37,10 @@ from .base import (
     STAMP_MARKS,
     Watcher,
 )
-from .controls import CONTROL_PAYLOAD, PAUSED
-from .upserts import OnConflictDialect
+from ..controls import CONTROL_PAYLOAD, PAUSED
+from ..upserts import OnConflictDialect
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("alkstore_django.dialects.postgresql")
 
 NOW = "statement_timestamp()"
 NEVER_AUTO_PREPARE = 2**62

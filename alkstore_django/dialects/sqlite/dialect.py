@@ -22,11 +22,11 @@ from django.core import checks
 from django.db import connections
 from django.utils.dateparse import parse_datetime
 
-from ..conf import DEFAULT_SQLITE_WATCH_INTERVAL_S, app_settings
-from ..models import ChannelMessage
-from ..records import EnqueueStamps
-from ..records import Job as JobRecord
-from .base import (
+from ...conf import DEFAULT_SQLITE_WATCH_INTERVAL_S, app_settings
+from ...models import ChannelMessage
+from ...records import EnqueueStamps
+from ...records import Job as JobRecord
+from ..base import (
     DEAD_COLUMNS,
     DEAD_COPY,
     DEAD_TABLE,
@@ -39,8 +39,8 @@ from .base import (
     STAMP_MARKS,
     Watcher,
 )
-from .controls import PAUSED
-from .upserts import OnConflictDialect
+from ..controls import PAUSED
+from ..upserts import OnConflictDialect
 
 FORMAT = "'%%Y-%%m-%%d %%H:%%M:%%f'"
 NOW = f"strftime({FORMAT}, 'now')"

@@ -29,16 +29,16 @@ from django.db import (
     transaction,
 )
 
-from .conf import app_settings
-from .errors import AlkstoreError, InvalidArgument, LeadershipLost
-from .failures import describe, loggable
-from .locks import LockHandle, acquire, default_owner, validate_owner
-from .models import Schedule, ScheduleFire
-from .notify import Watcher, notify, open_watcher
-from .queues import Queue, channel_for
-from .records import Schedule as ScheduleRecord
-from .specs import Spec, boundaries, parse_misfire, parse_spec, parse_zone
-from .validation import (
+from ..conf import app_settings
+from ..error_text import describe, loggable
+from ..errors import AlkstoreError, InvalidArgument, LeadershipLost
+from ..locks import LockHandle, acquire, default_owner, validate_owner
+from ..models import Schedule, ScheduleFire
+from ..notify import Watcher, notify, open_watcher
+from ..queues import Queue, channel_for
+from ..records import Schedule as ScheduleRecord
+from ..specs import Spec, boundaries, parse_misfire, parse_spec, parse_zone
+from ..validation import (
     encode_payload,
     validate_duration,
     validate_max_attempts,
@@ -47,9 +47,9 @@ from .validation import (
 )
 
 if TYPE_CHECKING:
-    from .store import Store
+    from ..store import Store
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("alkstore_django.scheduler")
 
 LEADER_LOCK = "__alkstore_scheduler"
 # schedule() and unschedule() notify here so a PostgreSQL leader wakes at once.

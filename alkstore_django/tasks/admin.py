@@ -14,9 +14,9 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from .admin_base import AlkstoreModelAdmin, JobIdSearchMixin, pre
-from .conf import app_settings
-from .models import DeadJob, Job, TaskResult
+from ..admin.base import AlkstoreModelAdmin, JobIdSearchMixin, pre
+from ..conf import app_settings
+from ..models import DeadJob, Job, TaskResult
 
 
 @admin.register(TaskResult)

@@ -35,11 +35,11 @@ from typing import Any
 import MySQLdb
 from django.db import connections
 
-from .base import JOB_TABLE, Watcher
-from .controls import CONTROL_PAYLOAD
-from .mysql import MESSAGE_TABLE, NOW, marks
+from ..base import JOB_TABLE, Watcher
+from ..controls import CONTROL_PAYLOAD
+from .dialect import MESSAGE_TABLE, NOW, marks
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("alkstore_django.dialects.mysql_watch")
 
 MIN_POLL_S = 0.002
 MAX_POLL_S = 0.05

@@ -1,0 +1,28 @@
+"""The worker: a claim loop and the few roles a claimed job passes through.
+
+``loop`` (``Worker``: claims in batches, hands jobs to a pool, settles what
+they return), ``holdings`` (the claims it holds), ``slots`` (their shared
+memory), ``pools`` and ``children`` (where a handler runs: a thread, or a
+child process started by ``child``), ``sentinel`` (the forked process that
+settles a dead worker's claims), ``tally`` (outcome counts and log lines),
+``instruments`` (the worker's own metrics) and ``upkeep`` (the periodic
+chores). The names are loaded on first use, so ``python -m
+alkstore_django.worker.child`` imports no model before Django is set up.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .loop import Worker, default_worker_id
+
+_EXPORTS = {"Worker": "loop", "default_worker_id": "loop"}
+__all__ = ["Worker", "default_worker_id"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
