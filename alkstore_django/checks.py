@@ -51,7 +51,7 @@ def _engine_checks(alias: str) -> list[checks.CheckMessage]:
                 f"ALKSTORE['DATABASE'] {alias!r} cannot be used: {exc}",
                 "Install the engine's driver: pip install 'alkstore-django[postgres]' "
                 "(or [mysql]).",
-                "alkstore.E202",
+                "alkstore.E204",
             )
         ]
     cls = dialect_class(vendor)
@@ -92,7 +92,7 @@ def check_database_server(
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """Validate every ALKSTORE key at start-up."""
+    """Validate every ALKSTORE key at start-up, each by the named check for its key."""
     raw = getattr(settings, "ALKSTORE", None)
     if raw is None:
         return _engine_checks(app_settings.database)
@@ -100,15 +100,34 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         return [
             _error(f"ALKSTORE is {type(raw).__name__}, not a dict.", "Use a dict.", "alkstore.E001")
         ]
-    errors: list[checks.CheckMessage] = []
-    for key in sorted(set(raw) - SETTING_KEYS):
-        errors.append(
-            _error(
-                f"Unknown ALKSTORE key {key!r}.",
-                f"Expected one of: {', '.join(sorted(SETTING_KEYS))}.",
-                "alkstore.E001",
-            )
+    return [
+        *_check_keys(raw),
+        *_check_aliases(raw),
+        *_engine_checks(app_settings.database),
+        *_check_queues(raw),
+        *_check_intervals(raw),
+        *_check_metrics_token(raw),
+        *_check_codec(raw),
+        *_check_schedules(raw),
+        *_check_max_payload_bytes(raw),
+    ]
+
+
+def _check_keys(raw: dict[str, Any]) -> list[checks.CheckMessage]:
+    """Refuse keys ALKSTORE does not have (E001)."""
+    return [
+        _error(
+            f"Unknown ALKSTORE key {key!r}.",
+            f"Expected one of: {', '.join(sorted(SETTING_KEYS))}.",
+            "alkstore.E001",
         )
+        for key in sorted(set(raw) - SETTING_KEYS)
+    ]
+
+
+def _check_aliases(raw: dict[str, Any]) -> list[checks.CheckMessage]:
+    """Refuse a ``DATABASE`` or ``LISTEN_DATABASE`` missing from ``DATABASES`` (E002)."""
+    errors: list[checks.CheckMessage] = []
     for key in ("DATABASE", "LISTEN_DATABASE"):
         alias = raw.get(key)
         if alias is not None and alias not in settings.DATABASES:
@@ -119,13 +138,17 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                     "alkstore.E002",
                 )
             )
-    errors += _engine_checks(app_settings.database)
+    return errors
+
+
+def _check_queues(raw: dict[str, Any]) -> list[checks.CheckMessage]:
+    """Check ``QUEUES``: a dict (E003) of named queues with valid options (E003, E011, E012)."""
     queues = raw.get("QUEUES", {})
     if not isinstance(queues, dict):
-        errors.append(
+        return [
             _error("ALKSTORE['QUEUES'] must be a dict.", "Map names to options.", "alkstore.E003")
-        )
-        queues = {}
+        ]
+    errors: list[checks.CheckMessage] = []
     for name, opts in queues.items():
         try:
             validate_name("queue", name)
@@ -142,41 +165,50 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
             continue
         errors += _check_limits(name, opts)
-    for key, id_ in (
-        ("POLL_INTERVAL_S", "alkstore.E004"),
-        ("SWEEP_INTERVAL_S", "alkstore.E004"),
-        ("WORKER_TTL_S", "alkstore.E004"),
-    ):
-        if key in raw and not _positive_number(raw[key]):
-            errors.append(
-                _error(
-                    f"ALKSTORE[{key!r}] is {raw[key]!r}.",
-                    "Expected a positive number of seconds.",
-                    id_,
-                )
-            )
-    token = raw.get("METRICS_TOKEN")
-    if token is not None and (not isinstance(token, str) or not token):
-        errors.append(
-            _error(
-                f"ALKSTORE['METRICS_TOKEN'] is {token!r}.",
-                "Expected a non-empty string (the bearer token of the metrics view), or None.",
-                "alkstore.E009",
-            )
-        )
-    errors += _check_codec(raw)
-    errors += _check_schedules(raw)
-    if "MAX_PAYLOAD_BYTES" in raw:
-        value = raw["MAX_PAYLOAD_BYTES"]
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            errors.append(
-                _error(
-                    f"ALKSTORE['MAX_PAYLOAD_BYTES'] is {value!r}.",
-                    "Expected a positive integer number of bytes.",
-                    "alkstore.E005",
-                )
-            )
     return errors
+
+
+def _check_intervals(raw: dict[str, Any]) -> list[checks.CheckMessage]:
+    """Refuse a poll, sweep or worker interval that is not a positive number (E004)."""
+    return [
+        _error(
+            f"ALKSTORE[{key!r}] is {raw[key]!r}.",
+            "Expected a positive number of seconds.",
+            "alkstore.E004",
+        )
+        for key in ("POLL_INTERVAL_S", "SWEEP_INTERVAL_S", "WORKER_TTL_S")
+        if key in raw and not _positive_number(raw[key])
+    ]
+
+
+def _check_metrics_token(raw: dict[str, Any]) -> list[checks.CheckMessage]:
+    """Refuse a ``METRICS_TOKEN`` that is neither a non-empty string nor None (E009)."""
+    token = raw.get("METRICS_TOKEN")
+    if token is None or (isinstance(token, str) and token):
+        return []
+    return [
+        _error(
+            f"ALKSTORE['METRICS_TOKEN'] is {token!r}.",
+            "Expected a non-empty string (the bearer token of the metrics view), or None.",
+            "alkstore.E009",
+        )
+    ]
+
+
+def _check_max_payload_bytes(raw: dict[str, Any]) -> list[checks.CheckMessage]:
+    """Refuse a ``MAX_PAYLOAD_BYTES`` that is not a positive integer (E005)."""
+    if "MAX_PAYLOAD_BYTES" not in raw:
+        return []
+    value = raw["MAX_PAYLOAD_BYTES"]
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return []
+    return [
+        _error(
+            f"ALKSTORE['MAX_PAYLOAD_BYTES'] is {value!r}.",
+            "Expected a positive integer number of bytes.",
+            "alkstore.E005",
+        )
+    ]
 
 
 def _check_limits(name: str, opts: dict[str, Any]) -> list[checks.CheckMessage]:
@@ -229,7 +261,7 @@ def _check_codec(raw: dict[str, Any]) -> list[checks.CheckMessage]:
 
 def _check_schedules(raw: dict[str, Any]) -> list[checks.CheckMessage]:
     """Validate ``ALKSTORE["SCHEDULES"]``: each entry as ``store.schedule()`` would."""
-    from .scheduler.leader import SCHEDULE_KEYS, check_declaration
+    from .scheduler.registry import SCHEDULE_KEYS, check_declaration
 
     if "SCHEDULES" not in raw:
         return []

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING
 
 from django.utils.timezone import is_aware, localtime
 
+from .records import Settled
+
 if TYPE_CHECKING:
-    from .throughput import OutcomeBucket
+    from .throughput import ThroughputMinute
 
 ERROR_PREVIEW_CHARS = 80
 CHART_WIDTH = 720
@@ -57,13 +59,13 @@ def format_timestamp(value: datetime | None) -> str:
 
 @dataclass(frozen=True)
 class Bar:
-    """One rectangle of the chart, in SVG user units."""
+    """One rectangle of the chart, in SVG user units; ``kind`` is its series (and CSS class)."""
 
     x: float
     y: float
     width: float
     height: float
-    kind: str
+    kind: Settled
     label: str
 
 
@@ -82,7 +84,7 @@ class Chart:
     total_dead: int
 
 
-def outcome_chart(buckets: Sequence[OutcomeBucket]) -> Chart:
+def throughput_chart(buckets: Sequence[ThroughputMinute]) -> Chart:
     """Lay out ``buckets`` (oldest first) as bars; the scale is the busiest minute."""
     plot_w = CHART_WIDTH - CHART_LEFT - 4
     plot_h = CHART_HEIGHT - CHART_BOTTOM - CHART_TOP
@@ -99,9 +101,9 @@ def outcome_chart(buckets: Sequence[OutcomeBucket]) -> Chart:
         acked_h = bucket.acked * scale
         dead_h = bucket.dead * scale
         if bucket.acked:
-            bars.append(Bar(x, baseline - acked_h, bar_w, acked_h, "acked", label))
+            bars.append(Bar(x, baseline - acked_h, bar_w, acked_h, Settled.ACKED, label))
         if bucket.dead:
-            bars.append(Bar(x, baseline - acked_h - dead_h, bar_w, dead_h, "dead", label))
+            bars.append(Bar(x, baseline - acked_h - dead_h, bar_w, dead_h, Settled.DEAD, label))
         if i == len(buckets) - 1:
             # The newest label ends at its bar so it is not clipped at the edge.
             ticks.append((x + bar_w, f"{bucket.minute:%H:%M}", "end"))

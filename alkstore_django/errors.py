@@ -42,6 +42,11 @@ class PayloadError(AlkstoreError):
 class LeadershipLost(AlkstoreError):
     """The scheduler lock could not be taken, or was lost before the next fire."""
 
+    def __init__(self, message: str | None = None, *, was_leading: bool = False) -> None:
+        super().__init__(message)
+        #: True when a lease this runner held was lost; False when it was refused.
+        self.was_leading = was_leading
+
 
 class LockNotAcquired(AlkstoreError):
     """The named lock is held by another owner."""

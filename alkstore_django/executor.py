@@ -10,10 +10,15 @@ so they agree on what an exception means and on the text that is stored:
 - any other exception is a failed attempt, retried with backoff or
   dead-lettered when no attempt is left, stored as ``ExceptionType: message``.
 
+A job that was claimed but never started (its queue paused, the worker
+stopping) has the outcome ``release``: its attempt goes back with it.
+
 ``settle`` then applies an outcome in one transaction with the handler's
-hooks. A failure to record it that is not a lost connection (a ``DataError``,
-a hook that raises) is contained to that job: it is recorded as a failed
-attempt with the reason instead, and the worker carries on.
+hooks and says what became of the job. The kinds (``OutcomeKind``) and the
+results (``Settled``) are string enums, so what is logged and stored is the
+plain text. A failure to record an outcome that is not a lost connection (a
+``DataError``, a hook that raises) is contained to that job: it is recorded
+as a failed attempt with the reason instead, and the worker carries on.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from .error_text import (
 )
 from .errors import Fail, Snooze
 from .history import record_attempt
+from .records import OutcomeKind, Settled
 from .signals import job_finished, job_started, send_robust
 
 if TYPE_CHECKING:
@@ -46,6 +52,21 @@ if TYPE_CHECKING:
     from .records import Job
 
 logger = logging.getLogger("alkstore_django.worker")
+
+__all__ = [
+    "ACK",
+    "CONNECTION_ERRORS",
+    "Outcome",
+    "OutcomeKind",
+    "Settled",
+    "call_handler",
+    "finished",
+    "has_hooks",
+    "run_handler",
+    "run_job",
+    "settle",
+    "tidy_connections",
+]
 
 # Only these mean "the database is unreachable": the caller retries the whole
 # outcome later. Any other error while recording one outcome belongs to that job.
@@ -55,6 +76,9 @@ CONNECTION_ERRORS = (OperationalError, InterfaceError)
 # while the thread was idle).
 TIDY_FRESH_S = 1.0
 _tidied = threading.local()
+# The hot path's kind, bound once: a member read through its enum class costs
+# twice a plain global read, on every job.
+ACK = OutcomeKind.ACK
 
 
 def tidy_connections(close: Callable[[], None]) -> None:
@@ -71,14 +95,15 @@ def tidy_connections(close: Callable[[], None]) -> None:
 
 @dataclass
 class Outcome:
-    """What a handler run decided: ``ack``, ``retry``, ``fail`` or ``snooze`` (``value`` = delay).
+    """What a handler run decided: ``ack``, ``retry``, ``fail``, ``snooze`` or ``release``.
 
+    A snooze's ``value`` is its delay; ``release`` is for a job never started.
     A failure carries its stored ``error``, the exception's class path and
     traceback as text (which can cross to another process), and the exception
     itself when it was raised in this one.
     """
 
-    kind: str
+    kind: OutcomeKind
     value: Any = None
     error: str | None = None
     exc: BaseException | None = None
@@ -87,7 +112,7 @@ class Outcome:
     duration_ms: float = 0.0
 
     @classmethod
-    def failed(cls, kind: str, error: str, exc: BaseException) -> Outcome:
+    def failed(cls, kind: OutcomeKind, error: str, exc: BaseException) -> Outcome:
         """Return the ``retry`` or ``fail`` outcome of ``exc``, with its text kept."""
         return cls(
             kind, error=error, exc=exc, exc_class=class_path(exc), traceback=format_traceback(exc)
@@ -120,13 +145,13 @@ def run_handler(func: Callable[[Any], Any], arg: Any, job: Job) -> Outcome:
     """
     started = time.monotonic()
     try:
-        outcome = Outcome("ack", value=call_handler(func, arg))
+        outcome = Outcome(ACK, value=call_handler(func, arg))
     except KeyboardInterrupt:
         raise
     except Fail as exc:
-        outcome = Outcome.failed("fail", message_of(exc, "failed"), exc)
+        outcome = Outcome.failed(OutcomeKind.FAIL, message_of(exc, "failed"), exc)
     except Snooze as exc:
-        outcome = Outcome("snooze", value=exc.delay_s)
+        outcome = Outcome(OutcomeKind.SNOOZE, value=exc.delay_s)
     except BaseException as exc:
         error = describe(exc)
         if len(error) < MAX_LOGGED_ERROR_CHARS:
@@ -146,7 +171,7 @@ def run_handler(func: Callable[[Any], Any], arg: Any, job: Job) -> Outcome:
                 job.attempts,
                 loggable(format_traceback(exc)),
             )
-        outcome = Outcome.failed("retry", error, exc)
+        outcome = Outcome.failed(OutcomeKind.RETRY, error, exc)
     outcome.duration_ms = (time.monotonic() - started) * 1000
     return outcome
 
@@ -173,14 +198,17 @@ def has_hooks(func: Any) -> bool:
     return hasattr(func, "on_acked")
 
 
-def settle(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> str:
+def settle(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> Settled:
     """Apply ``outcome`` to ``handle`` with ``func``'s hooks; return what became of the job.
 
-    Returns ``acked``, ``retried``, ``snoozed``, ``dead`` or ``lost`` (the claim was no
-    longer this handle's). One transaction per outcome, joined with the
-    hooks' writes. A connection error propagates: nothing was recorded and
-    the caller retries. Any other error is contained: the job gets a failed
-    attempt whose error says why its outcome could not be recorded.
+    Returns ``acked``, ``retried``, ``snoozed``, ``dead``, ``released`` or
+    ``lost`` (the claim was no longer this handle's). One transaction per
+    outcome, joined with the hooks' writes. A connection error propagates:
+    nothing was recorded and the caller retries. Any other error is
+    contained: the job gets a failed attempt whose error says why its outcome
+    could not be recorded; a release that cannot be written is left to
+    lapse (``lost``), as its job never ran. ``job_finished`` is sent for every
+    outcome but a release (the job did not finish).
     """
     try:
         result = _apply(handle, outcome, func, using)
@@ -188,6 +216,9 @@ def settle(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> str:
         raise
     except Exception as exc:
         job = handle.job
+        if outcome.kind == OutcomeKind.RELEASE:
+            logger.warning("could not release id=%s; its claim will lapse", job.id)
+            return Settled.LOST
         logger.error(
             "outcome could not be recorded id=%s queue=%s outcome=%s",
             job.id,
@@ -196,47 +227,52 @@ def settle(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> str:
             exc_info=True,
         )
         error = f"the {outcome.kind} outcome could not be recorded: {describe(exc)}"
-        outcome = Outcome("fail" if outcome.kind == "fail" else "retry", error=error)
+        kind = OutcomeKind.FAIL if outcome.kind == OutcomeKind.FAIL else OutcomeKind.RETRY
+        outcome = Outcome(kind, error=error)
         try:
             result = _apply(handle, outcome, None, using)
         except CONNECTION_ERRORS:
             raise
         except Exception:
             logger.error("could not record the failure either id=%s", job.id, exc_info=True)
-            result = "lost"
-    finished(handle.job, outcome, result)
+            result = Settled.LOST
+    if outcome.kind != OutcomeKind.RELEASE:
+        finished(handle.job, outcome, result)
     return result
 
 
-def finished(job: Job, outcome: Outcome, result: str) -> None:
+def finished(job: Job, outcome: Outcome, result: Settled) -> None:
     """Announce a durable outcome (``job_finished``); the one place it is sent from."""
     send_robust(job_finished, job.queue, job=job, outcome=outcome, result=result)
 
 
-def _apply(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> str:
+def _apply(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> Settled:
     job = handle.job
+    kind = outcome.kind
+    if kind == OutcomeKind.RELEASE:
+        # One statement, no hook: no transaction of its own.
+        return Settled.RELEASED if handle.release() else Settled.LOST
     with transaction.atomic(using=using):
-        if outcome.kind == "ack":
+        if kind == OutcomeKind.ACK:
             if not handle.ack():
-                return "lost"
+                return Settled.LOST
             hook = getattr(func, "on_acked", None)
             if hook is not None:
                 hook(job, outcome.value, using)
-            return "acked"
-        if outcome.kind == "snooze":
+            return Settled.ACKED
+        if kind == OutcomeKind.SNOOZE:
             # Over the snooze cap, snooze() dead-letters it; that is a failure.
             before = handle.job.snoozes
             if not handle.snooze(outcome.value):
-                return "lost"
-            return "snoozed" if before < handle.job.max_snoozes else "dead"
-        exhausted = outcome.kind == "fail" or job.attempts >= job.max_attempts
-        applied = (
-            handle.fail(outcome.error) if outcome.kind == "fail" else handle.retry(outcome.error)
-        )
+                return Settled.LOST
+            return Settled.SNOOZED if before < handle.job.max_snoozes else Settled.DEAD
+        failing = kind == OutcomeKind.FAIL
+        exhausted = failing or job.attempts >= job.max_attempts
+        applied = handle.fail(outcome.error) if failing else handle.retry(outcome.error)
         if not applied:
-            return "lost"
+            return Settled.LOST
         record_attempt(using, job, outcome.error or "failed", outcome.exc_class, outcome.traceback)
         hook = getattr(func, "on_failed", None)
         if hook is not None:
             hook(job, outcome, exhausted, using)
-        return "dead" if exhausted else "retried"
+        return Settled.DEAD if exhausted else Settled.RETRIED

@@ -48,7 +48,7 @@ class HandlerRegistry:
     results) gives its callable two optional methods, which the worker calls
     inside that transaction and only when the outcome took effect:
     ``on_acked(job, value, using)`` and ``on_failed(job, outcome, exhausted, using)``
-    (``job_runs.settle`` is the one caller).
+    (``executor.settle`` is the one caller).
     """
 
     def __init__(self) -> None:

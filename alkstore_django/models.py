@@ -10,6 +10,7 @@ from django.db.models.functions import Now
 
 from . import records
 from .conf import app_settings
+from .specs import MISFIRE_CHOICES
 
 NAME_MAX_LENGTH = 200
 
@@ -239,7 +240,7 @@ class Schedule(models.Model):
     zone = models.CharField(max_length=64, default="UTC")
     misfire = models.CharField(
         max_length=8,
-        choices=[("all", "all"), ("latest", "latest"), ("skip", "skip")],
+        choices=MISFIRE_CHOICES,
         default="all",
     )
     queue = models.CharField(max_length=NAME_MAX_LENGTH)

@@ -17,8 +17,8 @@ from django.db import transaction
 
 from .conf import app_settings
 from .errors import InvalidArgument
-from .history import purge_orphaned_attempts, recent_timeouts
-from .presence import live_workers, purge_gone
+from .history import recent_timeouts
+from .presence import live_workers
 from .records import Job, QueueStats, Schedule
 from .specs import parse_spec
 from .timing import UNIT_SECONDS
@@ -27,9 +27,7 @@ from .validation import validate_duration, validate_int, validate_name
 if TYPE_CHECKING:
     from django.db.models import QuerySet
 
-    from .dialects import Dialect
-    from .queues import Queue
-    from .store import Store
+    from .dialects import AnyDialect
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +45,7 @@ def _alias(using: str | None) -> str:
     return using or app_settings.database
 
 
-def _dialect(using: str | None) -> Dialect:
+def _dialect(using: str | None) -> AnyDialect:
     """Return the alias's shared dialect: the one its ``Store`` uses."""
     from .dialects import dialect_for
 
@@ -136,7 +134,7 @@ def requeue_dead(
 
 
 def _move(
-    sql: Dialect,
+    sql: AnyDialect,
     cursor: Any,
     ids: Sequence[int],
     woken: set[str],
@@ -419,28 +417,3 @@ def queue_overview(*, using: str | None = None) -> list[QueueStats]:
             )
         )
     return result
-
-
-# --- upkeep --------------------------------------------------------------------------
-
-
-def sweep(store: Store, queues: Sequence[Queue]) -> None:
-    """The upkeep every worker runs on its sweep interval (``SWEEP_INTERVAL_S``).
-
-    Expired jobs of ``queues`` go to the dead letters and their dead letters
-    past retention are purged; exhausted lapsed claims of *any* queue are
-    buried (a queue whose workers are gone would keep them processing
-    forever); the history of jobs that are gone and the rows of workers long
-    silent are deleted.
-    """
-    for q in queues:
-        result = q.sweep_expired()
-        if result.expired or result.purged:
-            logger.info(
-                "swept queue=%s expired=%d purged=%d", q.name, result.expired, result.purged
-            )
-    buried = store.dialect.bury_exhausted_lapsed()
-    if buried:
-        logger.warning("buried exhausted lapsed claims count=%d (any queue)", buried)
-    purge_orphaned_attempts(store.using)
-    purge_gone(store.using)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .conf import ENGINE_DEFAULTS, QueueOptions
 from .error_text import loggable
-from .executor import run_handler, settle
+from .executor import OutcomeKind, run_handler, settle
 from .handlers import outbox_queue_name, validate_outbox_name
 from .queues import JobHandle, Queue
 from .validation import OnDuplicate, validate_worker_id
@@ -102,7 +102,7 @@ class Outbox:
         if not handle.spent:
             result = settle(handle, outcome, None, self.store.using)
         logger.log(
-            logging.INFO if outcome.kind == "ack" else logging.WARNING,
+            logging.INFO if outcome.kind == OutcomeKind.ACK else logging.WARNING,
             "outbox message outbox=%s job=%s attempt=%d outcome=%s%s",
             self.name,
             handle.job.id,

@@ -4,9 +4,38 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any, ClassVar, Literal
 
 JobState = Literal["pending", "processing", "dead"]
+
+
+class OutcomeKind(StrEnum):
+    """What a handler run decided (``executor.Outcome.kind``); the text is what is logged."""
+
+    ACK = "ack"
+    RETRY = "retry"
+    FAIL = "fail"
+    SNOOZE = "snooze"
+    # Not started (the queue was paused, the worker stopping): the attempt goes back.
+    RELEASE = "release"
+
+
+class Settled(StrEnum):
+    """What became of a job once its outcome was applied (``executor.settle``).
+
+    The one vocabulary of the worker's log lines (``outcome=acked``), its
+    counts, the per-minute throughput counters, ``job_finished``'s ``result``
+    and the test helpers' runs. ``lost``: the claim was no longer the
+    handle's, so nothing changed.
+    """
+
+    ACKED = "acked"
+    RETRIED = "retried"
+    SNOOZED = "snoozed"
+    DEAD = "dead"
+    LOST = "lost"
+    RELEASED = "released"
 
 
 @dataclass(frozen=True)
@@ -38,6 +67,11 @@ class Job:
     max_snoozes: int = 100
     # The job's unique key: no other live job of its queue has it (None: no key).
     unique_key: str | None = None
+    # Not a field: the payload column as a claim read it, before the codec's
+    # decode, set on the records a claim builds (``Dialect.job_from_row``) and
+    # None on the others. The process pool sends it to the child, which decodes
+    # it itself: the decoded value need not be JSON.
+    stored_payload: ClassVar[Any] = None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Schedule specs as values: parsed once, then asked for boundaries.
+"""Schedule specs and misfire policies as values: parsed once, then asked for boundaries.
 
 Two forms, both explicitly marked so a bare cron string stays ``InvalidSpec``:
 
@@ -14,6 +14,10 @@ here, once: a wall time that does not exist (spring forward) fires once, at
 the instant the clocks jump; a wall time that occurs twice (fall back) fires
 once, at its first occurrence. Every engine uses this one implementation;
 the database keeps only ``next_run_at``.
+
+A misfire policy (``all``, ``latest``, ``skip``: one ``MisfirePolicy`` each)
+answers which of a schedule's due boundaries a tick fires; its name is the
+value stored in ``Schedule.misfire``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, CroniterError, croniter
@@ -55,7 +60,12 @@ SPEC_GRAMMAR = (
     "expected '@every <n><unit>' (n a positive integer, unit s, m, h or d), or "
     "'@cron <5 or 6 fields>' or '@cron @hourly|@daily|@weekly|@monthly|@yearly'"
 )
-MISFIRE_POLICIES = ("all", "latest", "skip")
+# A tick fires at most this many boundaries of one schedule; older ones past
+# them are skipped, never fired later.
+MAX_FIRES_PER_TICK = 64
+# Under the ``skip`` policy a boundary at most this late is on time, not missed:
+# a tick runs a moment after its boundary, and a failover takes about a lease.
+MISFIRE_GRACE_S = 60.0
 
 
 def _refuse(spec: object, why: str) -> InvalidSpec:
@@ -72,15 +82,6 @@ def parse_zone(zone: object) -> ZoneInfo:
     raise InvalidSpec(
         f"Invalid schedule zone {zone!r}: expected an IANA time zone name such as "
         "'UTC', 'Europe/Paris' or 'America/New_York'."
-    )
-
-
-def parse_misfire(misfire: object) -> str:
-    """Return the misfire policy ``misfire``; ``InvalidSpec`` naming the allowed ones."""
-    if misfire in MISFIRE_POLICIES:
-        return misfire  # type: ignore[return-value]
-    raise InvalidSpec(
-        f"Invalid misfire policy {misfire!r}: expected one of {', '.join(MISFIRE_POLICIES)}."
     )
 
 
@@ -194,6 +195,84 @@ def boundaries(spec: Spec, first: datetime, until: datetime, limit: int) -> list
     return found
 
 
+class MisfirePolicy:
+    """What a tick fires of a schedule's due boundaries: one subclass per policy.
+
+    ``name`` is the value stored in ``Schedule.misfire`` (and offered by the
+    admin); ``due`` answers which boundaries to fire now.
+    """
+
+    name: ClassVar[str]
+
+    def due(self, spec: Spec, first: datetime, now: datetime, *, held: bool) -> list[datetime]:
+        """Return the boundaries to fire now, from ``first`` (the oldest due) to ``now``.
+
+        ``held`` says ``first`` is a boundary whose fire was refused (it stays
+        due until it fires), not one merely reached.
+        """
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<misfire policy {self.name!r}>"
+
+
+class FireAll(MisfirePolicy):
+    """``all``: catch up on every missed boundary, the oldest first, at most 64 per tick."""
+
+    name = "all"
+
+    def due(self, spec: Spec, first: datetime, now: datetime, *, held: bool) -> list[datetime]:
+        return boundaries(spec, first, now, MAX_FIRES_PER_TICK)
+
+
+class FireLatest(MisfirePolicy):
+    """``latest``: fire only the most recent boundary, however many were missed."""
+
+    name = "latest"
+
+    def due(self, spec: Spec, first: datetime, now: datetime, *, held: bool) -> list[datetime]:
+        latest = spec.latest_at_or_before(now)
+        return [latest] if latest is not None and latest >= first else []
+
+
+class SkipMissed(MisfirePolicy):
+    """``skip``: fire only boundaries at most ``MISFIRE_GRACE_S`` late.
+
+    A held boundary is kept: it was on time when its fire was refused.
+    """
+
+    name = "skip"
+
+    def due(self, spec: Spec, first: datetime, now: datetime, *, held: bool) -> list[datetime]:
+        if not held:
+            on_time = now - timedelta(seconds=MISFIRE_GRACE_S)
+            if first < on_time:
+                first = spec.next_after(on_time - timedelta(microseconds=1))
+        return boundaries(spec, first, now, MAX_FIRES_PER_TICK)
+
+
+MISFIRE_POLICY_VALUES: dict[str, MisfirePolicy] = {
+    policy.name: policy for policy in (FireAll(), FireLatest(), SkipMissed())
+}
+MISFIRE_POLICIES = tuple(MISFIRE_POLICY_VALUES)
+#: ``Schedule.misfire``'s choices: the stored value is the policy's name.
+MISFIRE_CHOICES = [(name, name) for name in MISFIRE_POLICIES]
+
+
+def misfire_policy(misfire: object) -> MisfirePolicy:
+    """Return the misfire policy named ``misfire``; ``InvalidSpec`` naming the allowed ones."""
+    if isinstance(misfire, str) and misfire in MISFIRE_POLICY_VALUES:
+        return MISFIRE_POLICY_VALUES[misfire]
+    raise InvalidSpec(
+        f"Invalid misfire policy {misfire!r}: expected one of {', '.join(MISFIRE_POLICIES)}."
+    )
+
+
+def parse_misfire(misfire: object) -> str:
+    """Return the misfire policy name ``misfire``; ``InvalidSpec`` naming the allowed ones."""
+    return misfire_policy(misfire).name
+
+
 def parse_spec(spec: object, zone: object = "UTC") -> Spec:
     """Return the spec value of ``spec`` read in ``zone``.
 
@@ -204,23 +283,24 @@ def parse_spec(spec: object, zone: object = "UTC") -> Spec:
     if not isinstance(spec, str):
         raise _refuse(spec, SPEC_GRAMMAR)
     if spec.startswith("@every"):
-        match = _EVERY_RE.fullmatch(spec)
-        if match is None:
-            raise _refuse(spec, SPEC_GRAMMAR)
-        interval_s = int(match.group(1)) * UNIT_SECONDS[match.group(2)]
-        if interval_s > MAX_INTERVAL_S:
-            raise _refuse(spec, "the interval exceeds 100 years")
-        return EverySpec(spec, interval_s)
+        return _parse_every(spec)
     if not spec.startswith(CRON_PREFIX):
         raise _refuse(spec, SPEC_GRAMMAR)
-    tz = parse_zone(zone)
-    expression = spec[len(CRON_PREFIX) :]
-    if expression.startswith("@"):
-        if expression not in SHORTHANDS:
-            raise _refuse(
-                spec, f"unknown shorthand {expression!r}: expected one of {', '.join(SHORTHANDS)}"
-            )
-        expression = SHORTHANDS[expression]
+    return _parse_cron(spec, parse_zone(zone))
+
+
+def _parse_every(spec: str) -> EverySpec:
+    match = _EVERY_RE.fullmatch(spec)
+    if match is None:
+        raise _refuse(spec, SPEC_GRAMMAR)
+    interval_s = int(match.group(1)) * UNIT_SECONDS[match.group(2)]
+    if interval_s > MAX_INTERVAL_S:
+        raise _refuse(spec, "the interval exceeds 100 years")
+    return EverySpec(spec, interval_s)
+
+
+def _parse_cron(spec: str, tz: ZoneInfo) -> CronSpec:
+    expression = _cron_expression(spec)
     fields = expression.split(" ")
     if len(fields) not in (5, 6):
         raise _refuse(
@@ -239,6 +319,18 @@ def parse_spec(spec: object, zone: object = "UTC") -> Spec:
             spec, f"it matches no date in {MAX_YEARS_BETWEEN} years (say, the 30th of February)"
         ) from None
     return parsed
+
+
+def _cron_expression(spec: str) -> str:
+    """Return the fields after ``@cron``, a shorthand (``@daily``) spelled out."""
+    expression = spec[len(CRON_PREFIX) :]
+    if not expression.startswith("@"):
+        return expression
+    if expression not in SHORTHANDS:
+        raise _refuse(
+            spec, f"unknown shorthand {expression!r}: expected one of {', '.join(SHORTHANDS)}"
+        )
+    return SHORTHANDS[expression]
 
 
 def _check_field(spec: str, position: int, name: str, text: str, count: int) -> None:

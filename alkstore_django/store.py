@@ -14,11 +14,11 @@ from .queues import Queue
 from .validation import validate_int, validate_name, validate_queue_options
 
 if TYPE_CHECKING:
-    from .dialects import Dialect
+    from .dialects import AnyDialect
     from .locks import LockHandle
     from .outbox import Outbox
     from .records import Job, Notification, Schedule
-    from .scheduler.leader import Fire
+    from .scheduler import Fire
 
 
 class Store:
@@ -36,7 +36,7 @@ class Store:
         return self._using or app_settings.database
 
     @property
-    def dialect(self) -> Dialect:
+    def dialect(self) -> AnyDialect:
         """The engine's statements for this alias: every service reaches the database here."""
         from .dialects import dialect_for
 

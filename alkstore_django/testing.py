@@ -4,7 +4,7 @@
 their own, which cannot see the test's uncommitted rows; on SQLite they wait on
 its write lock). These helpers claim, run and settle each ready job on the
 calling thread, with the outcome applied exactly as the worker applies it
-(``job_runs.run_handler`` and ``job_runs.settle``): retries with backoff, dead
+(``executor.run_handler`` and ``executor.settle``): retries with backoff, dead
 letters, the Tasks backend's results and signals.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidArgument
-from .executor import has_hooks, run_handler, settle
+from .executor import Outcome, OutcomeKind, Settled, has_hooks, run_handler, settle
 from .handlers import outbox_queue_name, registry
 from .store import get_store
 
@@ -34,7 +34,7 @@ class JobRun:
     job_id: int
     queue: str
     attempt: int
-    outcome: str
+    outcome: Settled
     error: str | None = None
     value: Any = None
 
@@ -83,7 +83,7 @@ def run_ready_jobs(
             try:
                 outcome = run_handler(call, job, job)
             except KeyboardInterrupt:
-                handle.release()
+                settle(handle, Outcome(OutcomeKind.RELEASE), func, store.using)
                 raise
             result = settle(handle, outcome, func, store.using)
             runs.append(

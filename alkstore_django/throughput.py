@@ -1,9 +1,9 @@
-"""Jobs finished per minute: cheap counters written by workers, read by the overview chart.
+"""Throughput: jobs finished per minute, cheap counters written by workers, read by the chart.
 
-Workers call ``record_outcomes`` once per batch: one upsert statement adds the
-batch's counts to the current minute's row of each queue (the minute is the
-database clock's). Rows older than a day are pruned at most once an hour per
-process.
+Workers call ``record_throughput`` at most once a second: one upsert statement
+adds the counts since to the current minute's row of each queue (the minute is
+the database clock's). Rows older than a day are pruned by each worker's
+upkeep (``worker/upkeep.py``), once an hour.
 
 The chart's dead-lettered series is counted from ``DeadJob.died_at`` (indexed),
 not from the counters: jobs also die outside a worker's batch (the expiry
@@ -14,7 +14,6 @@ chart. The finished series is the workers' ``acked`` counter.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -26,16 +25,14 @@ from django.db.models.functions import TruncMinute
 from .errors import InvalidArgument
 from .validation import validate_int
 
-OUTCOME_RETENTION_S = 86_400
+THROUGHPUT_RETENTION_S = 86_400
 PRUNE_INTERVAL_S = 3_600
 MAX_CHART_MINUTES = 1_440
 
-_last_prune_at: dict[str, float] = {}
-
 
 @dataclass(frozen=True)
-class OutcomeBucket:
-    """One minute of outcomes over every queue; ``minute`` is its start (UTC)."""
+class ThroughputMinute:
+    """One minute of throughput over every queue; ``minute`` is its start (UTC)."""
 
     minute: datetime
     acked: int
@@ -43,7 +40,7 @@ class OutcomeBucket:
     dead: int
 
 
-def record_outcomes(using: str, counts: Mapping[str, tuple[int, int, int]]) -> None:
+def record_throughput(using: str, counts: Mapping[str, tuple[int, int, int]]) -> None:
     """Add ``(acked, retried, dead)`` per queue to the current minute, in one upsert.
 
     Queues whose three counts are zero are skipped; nothing is written when all
@@ -59,22 +56,17 @@ def record_outcomes(using: str, counts: Mapping[str, tuple[int, int, int]]) -> N
             rows.append((queue, acked, retried, dead))
     if not rows:
         return
-    sql = dialect_for(using)
-    sql.record_outcomes(rows)
-    last = _last_prune_at.get(using)
-    if last is None or time.monotonic() - last >= PRUNE_INTERVAL_S:
-        _last_prune_at[using] = time.monotonic()
-        sql.prune_outcomes(OUTCOME_RETENTION_S)
+    dialect_for(using).record_outcomes(rows)
 
 
-def prune_outcomes(using: str, keep_s: float = OUTCOME_RETENTION_S) -> int:
-    """Delete outcome counters older than ``keep_s`` seconds; return how many rows went."""
+def prune_throughput(using: str, keep_s: float = THROUGHPUT_RETENTION_S) -> int:
+    """Delete throughput counters older than ``keep_s`` seconds; return how many rows went."""
     from .dialects import dialect_for
 
     return dialect_for(using).prune_outcomes(keep_s)
 
 
-def recent_outcomes(using: str, minutes: int = 60) -> list[OutcomeBucket]:
+def recent_throughput(using: str, minutes: int = 60) -> list[ThroughputMinute]:
     """Return the last ``minutes`` minutes, oldest first, the current one included.
 
     Minutes with nothing recorded are present with zeros. Two grouped queries:
@@ -112,7 +104,7 @@ def recent_outcomes(using: str, minutes: int = 60) -> list[OutcomeBucket]:
         minute = start + timedelta(minutes=i)
         row = finished.get(minute, {})
         buckets.append(
-            OutcomeBucket(
+            ThroughputMinute(
                 minute=minute,
                 acked=int(row.get("n_acked") or 0),
                 retried=int(row.get("n_retried") or 0),

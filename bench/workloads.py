@@ -154,9 +154,10 @@ class RssSampler:
             self.parent_kb[pid] = max(self.parent_kb.get(pid, 0), self._hwm_kb(pid))
             for child in self._children(pid):
                 try:
-                    pool_child = (
-                        b"alkstore_django.worker.child"
-                        in Path(f"/proc/{child}/cmdline").read_bytes()
+                    cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+                    # The child's module before and after the worker became a package.
+                    pool_child = b"alkstore_django.worker.child" in cmdline or (
+                        b"alkstore_django.child" in cmdline
                     )
                 except OSError:
                     continue

@@ -1,4 +1,7 @@
-"""Shared fixtures: the engine under test, state helpers, subprocess environments."""
+"""Shared fixtures and hooks: subprocess environments, settings variants, an empty database.
+
+Helpers (the engine under test, skip markers, state helpers) live in tests/helpers.py.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +9,11 @@ import os
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.db import connection, connections
 
-from alkstore_django.dialects import dialect_class
-
-ROOT = Path(__file__).resolve().parent.parent
-ENGINE = settings.DATABASES["default"]["ENGINE"]
-VENDOR = next((v for v in ("postgresql", "mysql") if v in ENGINE), "sqlite")
-# The engine's capability flags: tests branch on these, as the package does.
-DIALECT = dialect_class(VENDOR)
-# scripts/test.sh's pgbouncer run: "default" goes through PgBouncer, "direct" past it.
-POOLED = "direct" in settings.DATABASES
+from tests.helpers import POOLED, ROOT, VENDOR, database_url
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -34,48 +27,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def postgres_only(reason: str) -> pytest.MarkDecorator:
-    """Skip on SQLite, saying what SQLite physically lacks and where the sibling is."""
-    return pytest.mark.skipif(VENDOR != "postgresql", reason=f"PostgreSQL only: {reason}")
-
-
-def sqlite_only(reason: str) -> pytest.MarkDecorator:
-    """Skip elsewhere: the test pins SQLite's own behaviour."""
-    return pytest.mark.skipif(VENDOR != "sqlite", reason=f"SQLite only: {reason}")
-
-
-def mysql_only(reason: str) -> pytest.MarkDecorator:
-    """Skip elsewhere: the test pins MariaDB/MySQL's own behaviour."""
-    return pytest.mark.skipif(VENDOR != "mysql", reason=f"MariaDB/MySQL only: {reason}")
-
-
-def unpooled(reason: str) -> pytest.MarkDecorator:
-    """Skip when the suite runs behind a transaction-mode pooler (scripts/test.sh pgbouncer)."""
-    return pytest.mark.skipif(POOLED, reason=f"not behind a transaction-mode pooler: {reason}")
-
-
-def needs(capability: str, reason: str) -> pytest.MarkDecorator:
-    """Skip on an engine whose dialect lacks ``capability`` (a ``Dialect.supports_*`` flag)."""
-    return pytest.mark.skipif(
-        not getattr(DIALECT, capability), reason=f"{VENDOR} lacks {capability}: {reason}"
-    )
-
-
-def database_url(alias: str = "default") -> str:
-    """Return a DATABASE_URL for the database the tests are using (the test database)."""
-    connection = connections[alias]
-    s = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{s['NAME']}"
-    scheme, user, port = {"mysql": ("mysql", "root", 3306)}.get(
-        connection.vendor, ("postgres", "postgres", 5432)
-    )
-    user = s.get("USER") or user
-    host = s.get("HOST") or "127.0.0.1"
-    port = s.get("PORT") or port
-    return f"{scheme}://{user}@{host}:{port}/{s['NAME']}"
-
-
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
     """Behind a pooler, close its server connections before the test database is dropped.
@@ -84,7 +35,7 @@ def django_db_setup(django_db_setup, django_db_blocker):
     PostgreSQL refuses to drop a database that has sessions.
     """
     yield
-    if "direct" not in settings.DATABASES:
+    if not POOLED:
         return
     with django_db_blocker.unblock(), connections["direct"].cursor() as cursor:
         cursor.execute(
@@ -99,7 +50,7 @@ def subprocess_env() -> dict[str, str]:
     """Environment for a child ``manage.py``/python process on the test database."""
     env = dict(os.environ)
     env["DATABASE_URL"] = database_url()
-    if "direct" in settings.DATABASES:
+    if POOLED:
         # Past the pooler, to the same test database (the alias mirrors default).
         env["DIRECT_DATABASE_URL"] = database_url("direct").replace(
             connections["direct"].settings_dict["NAME"], connection.settings_dict["NAME"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 SKIP = shutil.ignore_patterns(
     ".git", ".venv*", ".test-db", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"

@@ -1,14 +1,25 @@
 """The operator's admin: one module per page, each registering its own.
 
-``base`` (the read-only model admin, permissions, escaping), ``jobs`` (the
-overview, live jobs, dead letters, locks, queue controls), ``schedules``,
-``workers`` (live workers) and the Tasks results page in ``tasks.admin``.
-Django's admin autodiscovery imports this package, which imports each page.
+``base`` (the read-only model admin, permissions, escaping), ``overview``
+(per-queue counts and throughput), ``queue_controls`` (pause and resume),
+``dead_letters``, ``live_jobs``, ``locks``, ``schedules``, ``workers`` (live
+workers) and the Tasks results page in ``tasks.admin``. Django's admin
+autodiscovery imports this package, which imports each page; no page imports
+``django.tasks``, so the admin loads on Django 5.2 too.
 """
 
 from __future__ import annotations
 
 from ..tasks import admin as tasks_admin
-from . import jobs, schedules, workers
+from . import dead_letters, live_jobs, locks, overview, queue_controls, schedules, workers
 
-__all__ = ["jobs", "schedules", "tasks_admin", "workers"]
+__all__ = [
+    "dead_letters",
+    "live_jobs",
+    "locks",
+    "overview",
+    "queue_controls",
+    "schedules",
+    "tasks_admin",
+    "workers",
+]

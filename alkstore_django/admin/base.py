@@ -1,8 +1,9 @@
 """What every alkstore admin shares: the store's database, read-only forms, id search,
 timestamps to the second, History entries, and a clear 400 for a NUL in the query string.
 
-``admin.py`` and ``tasks_admin.py`` build on these; an admin added later
-(schedules, workers) gets the same behaviour by extending ``AlkstoreModelAdmin``.
+Every page (``dead_letters``, ``live_jobs``, ``locks``, ``queue_controls``,
+``schedules``, ``workers``, ``tasks.admin``) builds on these; a page added later
+gets the same behaviour by extending ``AlkstoreModelAdmin``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from django.utils.html import format_html
 from ..conf import app_settings
 from ..display import format_timestamp
 from ..validation import parse_id
+
+# A bold red word beside a value (``format_html(WARNING_MARK, css_class, word)``).
+WARNING_MARK = '<strong class="{}" style="color: #ba2121">{}</strong>'
 
 
 def has_perm(request: HttpRequest, opts: Any, action: str) -> bool:

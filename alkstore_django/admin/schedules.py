@@ -24,7 +24,7 @@ from .. import operations
 from ..display import error_summary
 from ..errors import AlkstoreError
 from ..models import Schedule
-from ..scheduler.leader import check_schedule, default_zone, schedule
+from ..scheduler.registry import check_schedule, default_zone, schedule
 from ..specs import parse_spec, parse_zone
 from ..store import Store
 from ..validation import validate_name

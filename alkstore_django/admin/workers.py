@@ -1,6 +1,6 @@
 """The live-workers page: every worker that announced itself within ``WORKER_TTL_S``.
 
-Registered from ``admin.py``. Rows are written by the workers themselves
+Registered when ``admin/__init__`` imports it. Rows are written by the workers themselves
 (``presence.py``); a worker that died without its sentinel stops being listed
 once its row is older than the TTL.
 """

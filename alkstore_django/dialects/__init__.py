@@ -1,6 +1,6 @@
 """Vendor SQL: the only module tree that writes raw SQL or switches on ``connection.vendor``.
 
-``DIALECTS`` maps each supported Django vendor to its engine module; every
+``DIALECTS`` maps each supported Django vendor to its engine's folder; every
 other question about an engine is a capability flag on ``Dialect``. An engine
 module is imported only when a database of its vendor is used, so a site on
 SQLite needs neither psycopg nor mysqlclient.
@@ -10,22 +10,32 @@ from __future__ import annotations
 
 import threading
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from django.db import connections
 
 from ..errors import InvalidArgument
 from .base import Dialect, Watcher
 
+if TYPE_CHECKING:
+    from .mysql import MysqlDialect
+    from .postgresql import PostgresDialect
+    from .sqlite import SqliteDialect
+
+    #: What a service holds: one engine's dialect, the ``Dialect`` interface plus
+    #: the shared statement groups its class line lists. A union, so mypy checks
+    #: every call against every engine.
+    AnyDialect: TypeAlias = MysqlDialect | PostgresDialect | SqliteDialect
+
 # vendor -> "module:class"; MariaDB and MySQL share Django's "mysql" vendor.
 DIALECTS = {
-    "postgresql": "postgresql.dialect:PostgresDialect",
-    "sqlite": "sqlite.dialect:SqliteDialect",
-    "mysql": "mysql.dialect:MysqlDialect",
+    "postgresql": "postgresql:PostgresDialect",
+    "sqlite": "sqlite:SqliteDialect",
+    "mysql": "mysql:MysqlDialect",
 }
 SUPPORTED = "PostgreSQL 13+, SQLite 3.35+, MariaDB 10.6+ and MySQL 8.0+"
 
-_dialects: dict[str, Dialect] = {}
+_dialects: dict[str, AnyDialect] = {}
 _dialects_lock = threading.Lock()
 
 
@@ -39,7 +49,7 @@ def dialect_class(vendor: str) -> type[Dialect] | None:
     return cls
 
 
-def dialect_for(using: str) -> Dialect:
+def dialect_for(using: str) -> AnyDialect:
     """Return the shared dialect of the database alias ``using``.
 
     One instance per alias (it keeps per-thread cursors); ``forget_dialects``
@@ -57,7 +67,7 @@ def dialect_for(using: str) -> Dialect:
             f"alkstore_django supports {SUPPORTED}."
         )
     with _dialects_lock:
-        return _dialects.setdefault(using, cls(using))
+        return _dialects.setdefault(using, cast("AnyDialect", cls(using)))
 
 
 def forget_dialects() -> None:
@@ -95,6 +105,7 @@ def unprepare_app_schema(apps: Any, schema_editor: Any) -> None:
 
 __all__ = [
     "DIALECTS",
+    "AnyDialect",
     "Dialect",
     "Watcher",
     "dialect_class",

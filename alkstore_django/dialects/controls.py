@@ -29,8 +29,8 @@ PAUSED = f"EXISTS (SELECT 1 FROM {CONTROL_TABLE} WHERE queue = %s AND paused)"
 CONTROL_PAYLOAD = "alkstore:control"
 
 
-class ControlDialect(Dialect):
-    """``Dialect`` with the queue-control statements, written once for every engine."""
+class ControlStatements(Dialect):
+    """The queue-control statements, written once for every engine."""
 
     #: How a transaction locks the control row it reads ("" where the
     #: transaction's write lock already serializes: SQLite).

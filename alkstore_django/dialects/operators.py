@@ -1,8 +1,9 @@
 """The operators' statements in standard SQL: every engine so far speaks them alike.
 
-Dead letters, the queue overview and the outcome counters'
-pruning; ``base.py`` declares them, an engine overrides what its SQL cannot
-run (MySQL's ``purge_dead_batch``).
+Dead letters, retry now, the queue overview and the outcome counters'
+pruning; an engine overrides what its SQL cannot run (MySQL's
+``purge_dead_batch``). Requeueing a dead letter moves rows between tables,
+which each engine writes its own way (``Dialect.move_dead_to_live``).
 """
 
 from __future__ import annotations
@@ -11,12 +12,37 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from .base import DEAD_TABLE, JOB_TABLE, OUTCOME_TABLE
-from .controls import ControlDialect
+from .base import DEAD_TABLE, JOB_TABLE, OUTCOME_TABLE, Dialect
 
 
-class OperatorDialect(ControlDialect):
-    """``Dialect`` with the operators' statements written once."""
+class OperatorStatements(Dialect):
+    """The operators' statements, written once."""
+
+    def retry_now(
+        self, cursor: Any, ids: Sequence[int] | None, queue: str | None
+    ) -> tuple[int, list[str]]:
+        """Make jobs waiting for a retry due now, inside the caller's write transaction.
+
+        Waiting for a retry: pending, attempted at least once, due later (a
+        backoff, or a retry's or snooze's delay). ``ids`` and ``queue``
+        narrow the selection (None: any). Returns how many rows changed and
+        the queues they are in, to wake.
+        """
+        now, now_params = self.now_sql()
+        where, params = f"state = 'pending' AND attempts > 0 AND run_at > {now}", [*now_params]
+        if ids is not None:
+            match, match_params = self.ids_sql(ids)
+            where, params = f"{where} AND {match}", [*params, *match_params]
+        if queue is not None:
+            where, params = f"{where} AND queue = %s", [*params, queue]
+        cursor.execute(f"SELECT DISTINCT queue FROM {JOB_TABLE} WHERE {where}", params)
+        queues = sorted(row[0] for row in cursor.fetchall())
+        if not queues:
+            return 0, []
+        cursor.execute(
+            f"UPDATE {JOB_TABLE} SET run_at = {now} WHERE {where}", [*now_params, *params]
+        )
+        return cursor.rowcount, queues
 
     def dead_ids(self, queue: str, after_id: int, limit: int) -> list[int]:
         """Return up to ``limit`` ids of ``queue``'s dead letters above ``after_id``, ascending."""

@@ -5,19 +5,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from .base import LOCK_TABLE, SCHEDULE_COLUMNS, SCHEDULE_TABLE, schedule_params
-from .operators import OperatorDialect
+from .base import LOCK_TABLE, SCHEDULE_COLUMNS, SCHEDULE_TABLE, Dialect, schedule_params
 
 
-class OnConflictDialect(OperatorDialect):
+class OnConflictUpserts(Dialect):
     """The upserts of the engines that speak ``INSERT … ON CONFLICT … RETURNING``.
 
     PostgreSQL, and SQLite since 3.35: one statement takes, renews or refuses
     a lease atomically and says which it did. MySQL has neither, and writes
-    its own.
+    its own (``mysql/upserts.py``).
     """
-
-    supports_update_returning = True
 
     def acquire_lock(self, name: str, owner: str, ttl_s: float) -> tuple[int, datetime] | None:
         now, now_params = self.now_sql()

@@ -1,4 +1,4 @@
-"""What ``runworker`` and ``runscheduler`` share before they serve: logging, migrations, signals.
+"""What ``runworker`` and ``runscheduler`` share: logging, migrations, signals, the hard exit.
 
 Both are long-running processes an operator starts by hand, under systemd or
 in a container, so both must say what they do without any ``LOGGING`` set-up,
@@ -132,6 +132,19 @@ def require_migrated(using: str) -> None:
             f"Database {using!r} lacks {len(missing)} alkstore_django migration(s) "
             f"({', '.join(missing)}): run `manage.py migrate{option}` first."
         )
+
+
+def exit_now(code: int) -> None:
+    """End the process at once with ``code``, after flushing the logs and both streams.
+
+    For a process whose threads cannot be joined (a handler past its time
+    limit): ``sys.exit`` would wait for them. Nothing else runs: no atexit
+    hook, no ``finally`` in another thread.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def install_stop_signals(stop: threading.Event) -> None:

@@ -1,6 +1,6 @@
 """The admin for Django Tasks results, next to the live jobs and dead letters.
 
-Registered from ``admin.py``; it needs only the model, so it works on Django
+Registered when ``admin/__init__`` imports it; it needs only the model, so it works on Django
 5.2 too (where the table is simply empty).
 """
 

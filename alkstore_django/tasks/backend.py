@@ -3,9 +3,10 @@
 ``TASKS = {"default": {"BACKEND": "alkstore_django.tasks.AlkstoreBackend"}}``
 makes every ``@task`` an alkstore job: ``queue_name`` is the queue,
 ``priority`` the priority, ``run_after`` the job's ``run_at``; the payload is
-the task's import path, its JSON arguments and the backend alias. The result
-id is the job id, so ``get_result`` follows a job while it is live, after it
-died and after it finished.
+the task's import path, its JSON arguments and the backend alias
+(``calls.TaskCall``). The result id is the job id, so ``get_result`` follows
+a job while it is live, after it died and after it finished
+(``results.build_result``).
 
 Nothing else in the app imports this module on Django 5.2, where it cannot be
 imported (``django.tasks`` does not exist there).
@@ -13,173 +14,39 @@ imported (``django.tasks`` does not exist there).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
 from django.core import checks
 from django.db import transaction
 from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
-from django.tasks import task as django_task
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
-from django.utils.dateparse import parse_datetime
-from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from ..conf import app_settings
 from ..errors import AlkstoreError, DuplicateJob
 from ..handlers import registry
-from ..models import DeadJob, TaskStatus
+from ..models import DeadJob
 from ..models import Job as JobRow
 from ..models import TaskResult as TaskResultRow
 from ..records import Schedule
 from ..store import Store, get_store
-from ..validation import encode_payload, validate_duration, validate_name
+from ..validation import validate_duration, validate_name
+from .calls import AlkstoreTask, TaskCall, json_roundtrip, rebuild_task, unique_task_key
+from .results import DEFAULT_RESULT_RETENTION_S, ResultsBackend, build_result
+from .runner import task_runner
 
 logger = logging.getLogger("alkstore_django.tasks")
 
 DEFAULT_MAX_ATTEMPTS = 1  # Django's semantics: a raising task is FAILED.
-DEFAULT_RESULT_RETENTION_S = 604_800.0
-PRUNE_INTERVAL_S = 60.0
 OPTION_NAMES = frozenset({"max_attempts", "result_retention_s", "timeout_s"})
 MAX_JOB_ID = 2**63 - 1
 
 
-class TaskLost(Exception):
-    """The attempt ended without an outcome: its worker stopped, or the job was removed."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AlkstoreTask(Task):
-    """A Task that may carry its own ``max_attempts``, ``timeout_s`` and uniqueness.
-
-    ``@task(max_attempts=5, timeout_s=30)``; ``None`` means the backend's
-    ``OPTIONS`` (1 attempt and no time limit by default). ``unique=True``
-    gives each enqueue the unique key of the task and its arguments
-    (``unique_task_key``), held ``unique_for_s`` past success when set.
-    """
-
-    max_attempts: int | None = None
-    timeout_s: float | None = None
-    unique: bool = False
-    unique_for_s: float | None = None
-
-
-def unique_task_key(path: str, args: list[Any], kwargs: dict[str, Any]) -> str:
-    """Return the unique key of a call: the task's path and a digest of its JSON arguments.
-
-    Equal arguments give equal keys whatever the order of ``kwargs``.
-    """
-    arguments = json.dumps([args, kwargs], sort_keys=True, separators=(",", ":"))
-    return f"task:{path[:120]}:{hashlib.sha256(arguments.encode('utf-8')).hexdigest()}"
-
-
-def task(
-    function: Callable[..., Any] | None = None,
-    *,
-    max_attempts: int | None = None,
-    timeout_s: float | None = None,
-    unique: bool = False,
-    unique_for_s: float | None = None,
-    **options: Any,
-) -> Any:
-    """Django's ``@task`` that also takes ``max_attempts``, ``timeout_s`` and ``unique``.
-
-    ``django.tasks.task`` hands extra options to the backend's task class only
-    from Django 6.1; on 6.0 ``@task(max_attempts=5)`` is a ``TypeError``. This
-    decorator builds the task with Django's own and then sets them; the
-    backend validates them (``InvalidTask``). Every other option is Django's.
-    Either on a backend that is not an ``AlkstoreBackend`` raises
-    ``InvalidTask`` naming the backend.
-    """
-    given = (
-        ("max_attempts", max_attempts),
-        ("timeout_s", timeout_s),
-        ("unique", unique or None),
-        ("unique_for_s", unique_for_s),
-    )
-    ours: dict[str, Any] = {name: value for name, value in given if value is not None}
-
-    def wrapper(func: Callable[..., Any]) -> Task:
-        built: Task = django_task(**options)(func)
-        if not ours:
-            return built
-        if not isinstance(built, AlkstoreTask):
-            raise InvalidTask(
-                f"Task {built.module_path!r} sets {', '.join(ours)}, but TASKS[{built.backend!r}] "
-                f"is {type(built.get_backend()).__name__}: expected an AlkstoreBackend."
-            )
-        return replace(built, **ours)
-
-    return wrapper if function is None else wrapper(function)
-
-
-@dataclass(frozen=True)
-class TaskCall:
-    """What a Tasks job's payload says: which task, its arguments, which backend."""
-
-    path: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    backend: str
-    run_after: datetime | None = None
-
-    @classmethod
-    def from_payload(cls, payload: Any) -> TaskCall | None:
-        """Return the call a payload describes, or None when it is not a Tasks payload."""
-        if not isinstance(payload, dict) or not isinstance(payload.get("task"), str):
-            return None
-        args, kwargs = payload.get("args", []), payload.get("kwargs", {})
-        backend = payload.get("backend")
-        if not isinstance(args, list) or not isinstance(kwargs, dict):
-            return None
-        if not isinstance(backend, str):
-            return None
-        raw = payload.get("run_after")
-        run_after = parse_datetime(raw) if isinstance(raw, str) else None
-        return cls(payload["task"], args, kwargs, backend, run_after)
-
-    def to_payload(self) -> dict[str, Any]:
-        return {
-            "task": self.path,
-            "args": self.args,
-            "kwargs": self.kwargs,
-            "backend": self.backend,
-            "run_after": None if self.run_after is None else self.run_after.isoformat(),
-        }
-
-
-def json_roundtrip(value: Any) -> Any:
-    # normalize_json keeps non-string dict keys; what is stored is what JSON gives back.
-    return json.loads(json.dumps(normalize_json(value)))
-
-
-def json_value(value: Any, max_bytes: int) -> Any:
-    """Return ``value`` as JSON gives it back, refused like a payload when it cannot be stored.
-
-    A value JSON cannot hold raises ``TypeError``, as Django's own backends
-    do; NaN and infinities, U+0000, lone surrogates and values over
-    ``max_bytes`` raise ``PayloadError``: the database would refuse them
-    when the result is written.
-    """
-    return json.loads(encode_payload(normalize_json(value), max_bytes))
-
-
-def lost_error(attempt: int, worker_id: str, why: str) -> dict[str, Any]:
-    path = f"{TaskLost.__module__}.{TaskLost.__qualname__}"
-    message = f"attempt {attempt} on worker {worker_id!r} ended without an outcome ({why})"
-    return {"attempt": attempt, "exception_class_path": path, "traceback": f"{path}: {message}\n"}
-
-
-class AlkstoreBackend(BaseTaskBackend):
+class AlkstoreBackend(ResultsBackend):
     """Run Django Tasks as alkstore jobs: leases, crash recovery, retries, dead letters.
 
     ``OPTIONS``: ``max_attempts`` (default 1: a raising task is FAILED, as in
@@ -206,11 +73,6 @@ class AlkstoreBackend(BaseTaskBackend):
     @property
     def timeout_s(self) -> float | None:
         value = self.options.get("timeout_s")
-        return None if value is None else float(value)
-
-    @property
-    def result_retention_s(self) -> float | None:
-        value = self.options.get("result_retention_s", DEFAULT_RESULT_RETENTION_S)
         return None if value is None else float(value)
 
     def queue_names(self) -> list[str]:
@@ -262,34 +124,8 @@ class AlkstoreBackend(BaseTaskBackend):
             backend=self.alias,
             run_after=task.run_after,
         )
-        max_attempts = getattr(task, "max_attempts", None) or self.max_attempts
-        timeout_s = getattr(task, "timeout_s", None) or self.timeout_s
-        store = self.store
-        queue = store.queue(task.queue_name)
-        unique: dict[str, Any] = {}
-        if getattr(task, "unique", False):
-            unique = {
-                "unique_key": unique_task_key(call.path, call.args, call.kwargs),
-                "unique_for_s": getattr(task, "unique_for_s", None),
-                "on_duplicate": "raise",
-            }
-        # Read back in the same transaction: a fast worker may have run the job already.
         try:
-            with transaction.atomic(using=store.using):
-                job_id = queue.enqueue(
-                    call.to_payload(),
-                    run_at=task.run_after,
-                    priority=task.priority,
-                    max_attempts=max_attempts,
-                    timeout_s=timeout_s,
-                    **unique,
-                )
-                enqueued_at = (
-                    JobRow.objects.using(store.using)
-                    .filter(id=job_id)
-                    .values_list("enqueued_at", flat=True)
-                    .get()
-                )
+            job_id, enqueued_at = self._write(task, call)
         except DuplicateJob as exc:
             assert exc.job_id is not None
             return self.get_result(exc.job_id)
@@ -309,6 +145,34 @@ class AlkstoreBackend(BaseTaskBackend):
         )
         task_enqueued.send(type(self), task_result=result)
         return result
+
+    def _write(self, task: Task, call: TaskCall) -> tuple[int, Any]:
+        """Enqueue the call's job; return its id and ``enqueued_at``. ``DuplicateJob`` if held."""
+        store = self.store
+        unique: dict[str, Any] = {}
+        if getattr(task, "unique", False):
+            unique = {
+                "unique_key": unique_task_key(call.path, call.args, call.kwargs),
+                "unique_for_s": getattr(task, "unique_for_s", None),
+                "on_duplicate": "raise",
+            }
+        # Read back in the same transaction: a fast worker may have run the job already.
+        with transaction.atomic(using=store.using):
+            job_id = store.queue(task.queue_name).enqueue(
+                call.to_payload(),
+                run_at=task.run_after,
+                priority=task.priority,
+                max_attempts=getattr(task, "max_attempts", None) or self.max_attempts,
+                timeout_s=getattr(task, "timeout_s", None) or self.timeout_s,
+                **unique,
+            )
+            enqueued_at = (
+                JobRow.objects.using(store.using)
+                .filter(id=job_id)
+                .values_list("enqueued_at", flat=True)
+                .get()
+            )
+        return job_id, enqueued_at
 
     # --- results -----------------------------------------------------------------
 
@@ -340,6 +204,8 @@ class AlkstoreBackend(BaseTaskBackend):
             ) from exc
         return build_result(task, job_id, call, live=live, dead=dead, row=row)
 
+    # --- system checks -----------------------------------------------------------
+
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         """Check the backend's OPTIONS and QUEUES without touching the database."""
         messages: list[checks.CheckMessage] = []
@@ -360,6 +226,19 @@ class AlkstoreBackend(BaseTaskBackend):
                     id="alkstore.E102",
                 )
             )
+        messages += self._check_option_values()
+        for name in self.queue_names():
+            try:
+                validate_name("queue", name)
+            except AlkstoreError as exc:
+                messages.append(
+                    checks.Error(str(exc), hint="Rename the queue.", id="alkstore.E104")
+                )
+        return messages
+
+    def _check_option_values(self) -> list[checks.CheckMessage]:
+        """Check ``max_attempts`` (E103), ``result_retention_s`` (E105) and ``timeout_s`` (E106)."""
+        messages: list[checks.CheckMessage] = []
         attempts = self.options.get("max_attempts", DEFAULT_MAX_ATTEMPTS)
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
             messages.append(
@@ -392,13 +271,6 @@ class AlkstoreBackend(BaseTaskBackend):
                     id="alkstore.E106",
                 )
             )
-        for name in self.queue_names():
-            try:
-                validate_name("queue", name)
-            except AlkstoreError as exc:
-                messages.append(
-                    checks.Error(str(exc), hint="Rename the queue.", id="alkstore.E104")
-                )
         return messages
 
 
@@ -466,124 +338,6 @@ def schedule_task(
     )
 
 
-def rebuild_task(call: TaskCall, source: Any) -> Task:
-    """Return the Task as it was enqueued: the imported task with the stored overrides."""
-    found = import_string(call.path)
-    if not isinstance(found, Task):
-        raise TypeError(f"{call.path!r} is not a Task.")
-    return replace(
-        found,
-        priority=source.priority,
-        queue_name=source.queue,
-        run_after=call.run_after,
-        backend=call.backend,
-    )
-
-
-def _errors(entries: list[dict[str, Any]]) -> list[TaskError]:
-    ordered = sorted(entries, key=lambda e: e.get("attempt", 0))
-    return [
-        TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"])
-        for e in ordered
-    ]
-
-
-def build_result(
-    task: Task,
-    job_id: int,
-    call: TaskCall,
-    *,
-    live: JobRow | None = None,
-    dead: DeadJob | None = None,
-    row: TaskResultRow | None = None,
-    running: bool = False,
-) -> TaskResult:
-    """Derive a TaskResult: a live job says READY/RUNNING, else the result, else the dead letter."""
-    errors = list(row.errors) if row is not None else []
-    worker_ids = list(row.worker_ids) if row is not None else []
-    enqueued_at = (live or dead or row).enqueued_at  # type: ignore[union-attr]
-    started_at = row.started_at if row is not None else None
-    last_attempted_at = row.last_attempted_at if row is not None else None
-    finished_at = None
-    value = None
-    if running:
-        # The view of an attempt being started, for its context and task_started.
-        status = TaskResultStatus.RUNNING
-    elif live is not None:
-        status = TaskResultStatus.RUNNING if live.state == "processing" else TaskResultStatus.READY
-        lapsed = live.claim_expires_at is not None and live.claim_expires_at <= _db_now(live)
-        if status == TaskResultStatus.RUNNING and lapsed:
-            # Its worker is gone: the next claim re-runs it, or dead-letters it when exhausted.
-            status = TaskResultStatus.READY
-            if live.attempts >= live.max_attempts:
-                status = TaskResultStatus.FAILED
-                finished_at = live.claim_expires_at
-                errors += missing_errors(errors, live.attempts, worker_ids, "its claim lapsed")
-    elif row is not None and row.status in {TaskStatus.SUCCESSFUL, TaskStatus.FAILED}:
-        status = TaskResultStatus(row.status)
-        finished_at = row.finished_at
-        value = row.return_value
-    elif dead is not None:
-        status = TaskResultStatus.FAILED
-        finished_at = dead.died_at
-        why = f"the job was dead-lettered: {dead.last_error!r}"
-        errors += missing_errors(errors, dead.attempts, worker_ids, why)
-    else:
-        # The job was cancelled, or its dead letter purged, before it reported an outcome.
-        status = TaskResultStatus.FAILED
-        finished_at = row.last_attempted_at if row is not None else None
-        attempts = max(len(worker_ids), 1)
-        errors += missing_errors(errors, attempts, worker_ids, "the job was removed")
-    result: TaskResult = TaskResult(
-        task=task,
-        id=str(job_id),
-        status=status,
-        enqueued_at=enqueued_at,
-        started_at=started_at,
-        finished_at=finished_at,
-        last_attempted_at=last_attempted_at,
-        args=call.args,
-        kwargs=call.kwargs,
-        backend=call.backend,
-        errors=_errors(errors),
-        worker_ids=worker_ids,
-    )
-    if status == TaskResultStatus.SUCCESSFUL:
-        object.__setattr__(result, "_return_value", value)
-    return result
-
-
-def missing_errors(
-    errors: list[dict[str, Any]], attempts: int, worker_ids: list[str], why: str
-) -> list[dict[str, Any]]:
-    """Return a TaskLost entry for every attempt up to ``attempts`` that has no error."""
-    seen = {e.get("attempt") for e in errors}
-    return [
-        lost_error(n, worker_ids[n - 1] if n <= len(worker_ids) else "unknown", why)
-        for n in range(1, attempts + 1)
-        if n not in seen
-    ]
-
-
-def _db_now(row: Any) -> datetime:
-    return get_store(row._state.db).dialect.database_now()
-
-
-def prune_results(backend: AlkstoreBackend, using: str | None = None) -> int:
-    """Delete ``backend``'s finished results older than its retention; return how many."""
-    retention = backend.result_retention_s
-    if retention is None:
-        return 0
-    using = using or app_settings.database
-    cutoff = get_store(using).dialect.database_now() - timedelta(seconds=retention)
-    deleted, _ = (
-        TaskResultRow.objects.using(using)
-        .filter(backend=backend.alias, finished_at__lt=cutoff)
-        .delete()
-    )
-    return deleted
-
-
 def alkstore_backends() -> list[AlkstoreBackend]:
     """Return every configured Tasks backend that is an ``AlkstoreBackend``."""
     found: list[AlkstoreBackend] = []
@@ -607,8 +361,6 @@ def register_task_runners() -> None:
     (an ``@handler`` of the same name) is a conflict: the system check
     ``alkstore.E201`` names it and no worker runs that queue.
     """
-    from .runner import task_runner
-
     for backend in alkstore_backends():
         for name in backend.queue_names():
             registry.register(name, task_runner)

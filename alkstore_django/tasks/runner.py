@@ -1,6 +1,7 @@
 """The handler that runs Django Tasks jobs in the worker and writes their results.
 
-Split from ``tasks`` (the backend); Django 6.0+ only, like it.
+Registered on every Tasks queue by the backend (``register_task_runners``);
+it imports the calls and the results, never the backend. Django 6.0+ only.
 """
 
 from __future__ import annotations
@@ -25,19 +26,19 @@ from ..models import TaskStatus
 from ..records import Job
 from ..signals import send_robust
 from ..store import get_store
-from .backend import (
-    PRUNE_INTERVAL_S,
-    AlkstoreBackend,
-    TaskCall,
+from .calls import TaskCall, json_value, rebuild_task
+from .results import (
+    ResultsBackend,
     build_result,
-    json_value,
     lost_error,
     missing_errors,
     prune_results,
-    rebuild_task,
 )
 
 logger = logging.getLogger("alkstore_django.task_runner")
+
+# Each backend's expired results are pruned at most this often, after a task finishes.
+PRUNE_INTERVAL_S = 60.0
 
 
 def _claimed_at(job: Job) -> datetime:
@@ -185,7 +186,7 @@ class TaskRunner:
                 backend = task_backends[call.backend]
             except InvalidTaskBackend:
                 return  # dead-lettered for naming an alias that is gone: no one to signal
-            if isinstance(backend, AlkstoreBackend):
+            if isinstance(backend, ResultsBackend):
                 self._prune(backend, using)
             try:
                 task = rebuild_task(call, job)
@@ -195,7 +196,7 @@ class TaskRunner:
             result = build_result(task, job.id, call, row=row)
             _send_finished(type(backend), result, exc)
 
-    def _prune(self, backend: AlkstoreBackend, using: str) -> None:
+    def _prune(self, backend: ResultsBackend, using: str) -> None:
         retention = backend.result_retention_s
         if retention is None:
             return

@@ -1,13 +1,16 @@
 """The worker: a claim loop and the few roles a claimed job passes through.
 
-``loop`` (``Worker``: claims in batches, hands jobs to a pool, settles what
-they return), ``holdings`` (the claims it holds), ``slots`` (their shared
-memory), ``pools`` and ``children`` (where a handler runs: a thread, or a
-child process started by ``child``), ``sentinel`` (the forked process that
-settles a dead worker's claims), ``tally`` (outcome counts and log lines),
-``instruments`` (the worker's own metrics) and ``upkeep`` (the periodic
-chores). The names are loaded on first use, so ``python -m
-alkstore_django.worker.child`` imports no model before Django is set up.
+``loop`` (``Worker``: claims in batches, hands jobs to the pool's lanes),
+``holdings`` (the claims it holds, renewed), ``slots`` (their shared memory),
+``pools`` and ``children`` (where a handler runs: a lane's thread, or its
+child process started by ``child``), ``completer`` (settles what handlers
+return: acks ride the next claim, the rest through ``executor.settle``),
+``tally`` (counts, log lines, throughput counters), ``controls`` (paused and
+limited queues), ``upkeep`` (the periodic chores, one function each),
+``sentinel`` (the forked process that settles a dead worker's claims) and
+``instruments`` (the worker's own metrics). The names are loaded on first
+use, so ``python -m alkstore_django.worker.child`` imports no model before
+Django is set up.
 """
 
 from __future__ import annotations

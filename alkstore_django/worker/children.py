@@ -20,8 +20,10 @@ its own, so no connection, lock or thread is ever shared across a fork. They
 run in a session of their own, so a Ctrl-C in the terminal or a signal to the
 worker's process group reaches only the worker, which then stops them in
 order. Messages are JSON lines on two dedicated pipes (a handler printing to
-stdout cannot corrupt them). A child exits when the worker closes its pipe,
-or within ``ORPHAN_CHECK_S`` of the worker's death.
+stdout cannot corrupt them). A job's payload travels as its column's text
+(``Job.stored_payload``), which the child decodes with the payload codec
+itself: a codec's decoded values need not be JSON. A child exits when the
+worker closes its pipe, or within ``ORPHAN_CHECK_S`` of the worker's death.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ import time
 from datetime import datetime
 from typing import Any
 
+from ..conf import app_settings
 from ..error_text import describe, timed_out
-from ..executor import Outcome
+from ..executor import Outcome, OutcomeKind
 from ..records import Job
 
 logger = logging.getLogger("alkstore_django.worker")
@@ -50,23 +53,39 @@ FDS_ENV = "ALKSTORE_CHILD_FDS"
 START_TIMEOUT_S = 120.0
 KILL_GRACE_S = 2.0
 ORPHAN_CHECK_S = 0.2
+_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 _DATETIME_FIELDS = frozenset(f.name for f in dataclasses.fields(Job) if "datetime" in str(f.type))
 
 
 def job_to_wire(job: Job) -> dict[str, Any]:
-    """Return ``job`` as a JSON-ready dict (datetimes as ISO 8601)."""
-    wire = dataclasses.asdict(job)
+    """Return ``job`` as a JSON-ready dict: datetimes as ISO 8601, the payload as stored.
+
+    The payload is the text its column holds, as the claim read it; a record
+    that was not read by a claim carries none, and its payload is encoded
+    again with the codec (the text it was stored from).
+    """
+    wire = {name: getattr(job, name) for name in _FIELDS}
     for name in _DATETIME_FIELDS:
         if wire[name] is not None:
             wire[name] = wire[name].isoformat()
+    stored = job.stored_payload
+    if stored is None:
+        stored = app_settings.payload_codec.encode(job.payload)
+    elif isinstance(stored, bytes | bytearray | memoryview):
+        stored = bytes(stored).decode()
+    wire["payload"] = stored
     return wire
 
 
 def job_from_wire(wire: dict[str, Any]) -> Job:
-    """Return the Job a ``job_to_wire`` dict describes."""
+    """Return the Job a ``job_to_wire`` dict describes, its payload decoded with the codec."""
     for name in _DATETIME_FIELDS:
         if wire.get(name) is not None:
             wire[name] = datetime.fromisoformat(wire[name])
+    stored = wire["payload"]
+    # As a claim reads the column: JSON text, or what a driver already parsed.
+    value = json.loads(stored) if isinstance(stored, str) else stored
+    wire["payload"] = app_settings.payload_codec.decode(value)
     return Job(**wire)
 
 
@@ -147,17 +166,20 @@ class Child:
                 self.kill()
                 error = timed_out(timeout_s)
                 return Outcome(
-                    "retry", error=error, duration_ms=(time.monotonic() - started) * 1000
+                    OutcomeKind.RETRY, error=error, duration_ms=(time.monotonic() - started) * 1000
                 )
             return self._died(started)
         self.jobs += 1
         self.rss_mb = float(answer.pop("rss_mb", 0.0))
+        answer["kind"] = OutcomeKind(answer["kind"])
         return Outcome(**answer)
 
     def _died(self, started: float) -> Outcome:
         returncode = self._reap()
         error = f"the child process {describe_exit(returncode)} while running this job"
-        return Outcome("retry", error=error, duration_ms=(time.monotonic() - started) * 1000)
+        return Outcome(
+            OutcomeKind.RETRY, error=error, duration_ms=(time.monotonic() - started) * 1000
+        )
 
     def _receive(self, timeout_s: float | None) -> dict[str, Any] | None:
         """Return the next message, or None on timeout or end of file."""
@@ -251,14 +273,16 @@ def child_main() -> None:
             job = job_from_wire(json.loads(line)["job"])
             func = registry.get(job.queue)
             if func is None:
-                outcome = Outcome("retry", error=f"no handler for queue {job.queue!r} in the child")
+                error = f"no handler for queue {job.queue!r} in the child"
+                outcome = Outcome(OutcomeKind.RETRY, error=error)
             else:
                 outcome = run_job(func, job)
+            snooze = outcome.kind == OutcomeKind.SNOOZE
             answer = {
                 "kind": outcome.kind,
                 # Only a result hook (the Tasks runner's, JSON there) and a snooze's delay
                 # need the value.
-                "value": outcome.value if has_hooks(func) or outcome.kind == "snooze" else None,
+                "value": outcome.value if has_hooks(func) or snooze else None,
                 "error": outcome.error,
                 "exc_class": outcome.exc_class,
                 "traceback": outcome.traceback,
@@ -268,7 +292,7 @@ def child_main() -> None:
             try:
                 message = _encode(answer)
             except (TypeError, ValueError) as exc:
-                answer["kind"], answer["value"] = "retry", None
+                answer["kind"], answer["value"] = OutcomeKind.RETRY, None
                 answer["error"] = f"the result could not be sent to the worker: {describe(exc)}"
                 message = _encode(answer)
             _write_all(results_w, message)

@@ -1,11 +1,12 @@
-"""Where a worker's handler slots run their jobs: in the slot's thread, or in its child process.
+"""Where a worker's handlers run: the lanes of its pool, each a thread that may drive a child.
 
-The worker keeps one thread per ``--concurrency`` slot either way; a runner
-is what that thread does with a job. ``ThreadRunner`` calls the handler right
-there. ``ProcessRunner`` hands the job to the slot's child process
+A pool (``--pool threads`` or ``processes``) is ``--concurrency`` lanes: one
+handler thread each, which takes held jobs one at a time (``Worker._serve``).
+A lane is what that thread does with a job. ``ThreadLane`` calls the handler
+right there. ``ProcessLane`` hands the job to the lane's child process
 (``children.py``) and waits, which lets it enforce a hard time limit, survive
-the child's death and recycle leaking children. Both mark the job's slot
-(``slots.py``) so that the worker's sentinel knows what was running.
+the child's death and recycle leaking children. Both mark the job's claim
+slot (``slots.py``) so that the worker's sentinel knows what was running.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import threading
 from typing import Any
 
 from ..error_text import describe
-from ..executor import Outcome, has_hooks, run_job
+from ..executor import ACK, Outcome, has_hooks, run_job
 from ..records import Job
 from .children import Child, ChildGone
 from .slots import RETURNED, RUNNING, ClaimSlots
@@ -26,19 +27,23 @@ POOLS = ("threads", "processes")
 
 
 class PoolBroken(Exception):
-    """A handler slot cannot run jobs at all (its child process does not start)."""
+    """A lane cannot run jobs at all (its child process does not start)."""
 
 
-class ThreadRunner:
+class ThreadLane:
     """Run handlers in the calling thread. A run cannot be stopped: Python cannot kill a thread."""
 
     def __init__(self, slots: ClaimSlots) -> None:
         self.slots = slots
 
+    def start(self) -> None:
+        """Nothing to start: the thread is the lane."""
+
     def run(self, job: Job, func: Any, slot: int) -> Outcome:
+        """Run ``job``'s handler; return its outcome (never raises but ``PoolBroken``)."""
         self.slots.mark(slot, RUNNING)
         outcome = run_job(func, job)
-        if outcome.kind == "ack" and not has_hooks(func):
+        if outcome.kind == ACK and not has_hooks(func):
             # Should the process die before the ack commits, its sentinel acks it.
             self.slots.mark(slot, RETURNED)
         return outcome
@@ -50,7 +55,7 @@ class ThreadRunner:
         """Nothing to release."""
 
 
-class ProcessRunner(ThreadRunner):
+class ProcessLane(ThreadLane):
     """Run handlers in one child process, replaced when it dies, hangs or grows too big."""
 
     def __init__(
@@ -75,6 +80,7 @@ class ProcessRunner(ThreadRunner):
             logger.info("child started name=%s pid=%d", self.name, self._child.pid)
 
     def run(self, job: Job, func: Any, slot: int) -> Outcome:
+        """Run ``job`` in the child; ``PoolBroken`` when no child can be started."""
         try:
             self.start()
         except (ChildGone, OSError) as exc:
@@ -98,7 +104,7 @@ class ProcessRunner(ThreadRunner):
                 outcome.error,
             )
             self._child = None
-        elif outcome.kind == "ack" and not has_hooks(func):
+        elif outcome.kind == ACK and not has_hooks(func):
             self.slots.mark(slot, RETURNED)
         self._recycle_if_due()
         return outcome
@@ -124,20 +130,21 @@ class ProcessRunner(ThreadRunner):
             child.terminate()  # run() sees it die, and SIGKILLs it after the grace
 
     def close(self) -> None:
+        """Let the child finish and exit."""
         if self._child is not None:
             self._child.stop()
             self._child = None
 
 
-def make_runner(
+def make_lane(
     pool: str,
     name: str,
     slots: ClaimSlots,
     *,
     max_jobs: int | None = None,
     max_memory_mb: float | None = None,
-) -> ThreadRunner:
-    """Return the runner of one handler slot of a ``pool`` (``threads`` or ``processes``)."""
+) -> ThreadLane:
+    """Return one lane of a ``pool`` (``threads`` or ``processes``)."""
     if pool == "processes":
-        return ProcessRunner(name, slots, max_jobs=max_jobs, max_memory_mb=max_memory_mb)
-    return ThreadRunner(slots)
+        return ProcessLane(name, slots, max_jobs=max_jobs, max_memory_mb=max_memory_mb)
+    return ThreadLane(slots)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from django.db import connections
 
 from .. import presence
-from ..executor import Outcome, finished, settle
+from ..executor import Outcome, OutcomeKind, Settled, settle
 from ..models import Job
 from ..queues import JobHandle
 from .slots import CLAIMED, RETURNED
@@ -99,10 +99,15 @@ def _wait_for_exit(parent: int) -> None:
         time.sleep(POLL_PARENT_S)
 
 
-def settle_held(worker: Worker) -> dict[str, int]:
-    """Settle every job ``worker``'s slots still hold; return counts by what happened."""
+def settle_held(worker: Worker) -> dict[Settled, int]:
+    """Settle every job ``worker``'s slots still hold; return counts by what happened.
+
+    Each goes through ``executor.settle``, as the worker's own outcomes do:
+    released, acked without hooks (a slot is marked returned only for a
+    handler without any), or failed with ``DIED``.
+    """
     held = worker.holdings.slots.held()
-    counts: dict[str, int] = {}
+    counts: dict[Settled, int] = {}
     if not held:
         return counts
     by_id = {
@@ -112,7 +117,8 @@ def settle_held(worker: Worker) -> dict[str, int]:
         )
     }
     queues = {q.name: q for q in worker.build_queues()}
-    died = Outcome("retry", error=DIED.format(worker_id=worker.worker_id))
+    died = Outcome(OutcomeKind.RETRY, error=DIED.format(worker_id=worker.worker_id))
+    using = worker.store.using
     for job_id, generation, state in held:
         row = by_id.get(job_id)
         queue = queues.get(row.queue) if row is not None else None
@@ -120,12 +126,11 @@ def settle_held(worker: Worker) -> dict[str, int]:
             continue  # settled before the worker died, or claimed by another since
         handle = JobHandle(queue, row.to_record())
         if state == CLAIMED:
-            result = "released" if handle.release() else "lost"
+            result = settle(handle, Outcome(OutcomeKind.RELEASE), None, using)
         elif state == RETURNED:
-            result = "acked" if handle.ack() else "lost"
-            finished(handle.job, Outcome("ack"), result)
+            result = settle(handle, Outcome(OutcomeKind.ACK), None, using)
         else:
-            result = settle(handle, died, worker.handlers.get(row.queue), worker.store.using)
+            result = settle(handle, died, worker.handlers.get(row.queue), using)
         counts[result] = counts.get(result, 0) + 1
         logger.warning(
             "job id=%s queue=%s outcome=%s attempts=%s settled by the sentinel of %s",

@@ -1,7 +1,8 @@
-"""The worker's tally: counts since start, the per-job log line, and the per-minute outcome rows.
+"""The worker's tally: counts since start, the per-job log line, and the throughput counters.
 
-The log line is written only once an outcome is durable; the per-minute rows
-(what the admin charts) are written at most once a second, not once a job.
+The log line is written only once an outcome is durable; the per-minute
+throughput rows (what the admin charts) are written at most once a second,
+not once a job.
 """
 
 from __future__ import annotations
@@ -12,19 +13,21 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..error_text import loggable
-from ..executor import Outcome
+from ..executor import Outcome, Settled
 from ..records import Job
-from ..throughput import record_outcomes
+from ..throughput import record_throughput
 from .instruments import Instruments
 
 logger = logging.getLogger("alkstore_django.worker")
 
 OUTCOME_FLUSH_INTERVAL_S = 1.0
+# Logged at INFO; the rest at WARNING. Plain text, as ``record`` looks names up.
+_QUIET = frozenset(s.value for s in (Settled.ACKED, Settled.RETRIED, Settled.SNOOZED))
 
 
 @dataclass
 class WorkerStats:
-    """Counts since start, for logs, tests and benchmarks."""
+    """Counts since start, by ``Settled`` result, for logs, tests and benchmarks."""
 
     acked: int = 0
     retried: int = 0
@@ -35,7 +38,7 @@ class WorkerStats:
 
 
 class Tally:
-    """Count and log settled outcomes; write the per-minute counts to ``using`` in batches."""
+    """Count and log settled outcomes; write the throughput counters to ``using`` in batches."""
 
     def __init__(self, using: str, instruments: Instruments | None = None) -> None:
         self.using = using
@@ -44,40 +47,54 @@ class Tally:
         self._counts: Counter[tuple[str, str]] = Counter()
         self._last_flush = time.monotonic()
 
-    def record(self, job: Job, outcome: Outcome, result: str) -> None:
+    def record(self, job: Job, outcome: Outcome, result: Settled) -> None:
         """Count and log one settled outcome: acked, retried, snoozed, dead or lost."""
-        self.instruments.outcome(job.queue, result, outcome.duration_ms)
-        setattr(self.stats, result, getattr(self.stats, result) + 1)
-        self._counts[(job.queue, result)] += 1
-        level = logging.INFO if result in {"acked", "retried", "snoozed"} else logging.WARNING
+        # The member's plain text: the attribute, counter and set lookups below
+        # take their fast path on an exact str, on every job.
+        name = result._value_
+        self.instruments.outcome(job.queue, name, outcome.duration_ms)
+        setattr(self.stats, name, getattr(self.stats, name) + 1)
+        self._counts[(job.queue, name)] += 1
+        level = logging.INFO if name in _QUIET else logging.WARNING
         logger.log(
             level,
             "job id=%s queue=%s outcome=%s attempts=%s duration_ms=%.1f%s",
             job.id,
             job.queue,
-            result,
+            name,
             job.attempts,
             outcome.duration_ms,
             f" error={loggable(outcome.error)!r}" if outcome.error else "",
         )
 
+    def released(self, job: Job, result: Settled) -> None:
+        """Count and log a job given back unstarted (a release the database refused: nothing)."""
+        if result != Settled.RELEASED:
+            return
+        self.stats.released += 1
+        # The attempt the claim took was given back with the job.
+        logger.info(
+            "job id=%s queue=%s outcome=released attempts=%s", job.id, job.queue, job.attempts - 1
+        )
+
     def flush_due(self) -> bool:
+        """True when the last flush is older than ``OUTCOME_FLUSH_INTERVAL_S``."""
         return time.monotonic() - self._last_flush >= OUTCOME_FLUSH_INTERVAL_S
 
     def flush(self) -> None:
-        """Add the counts since the last flush to the per-minute outcome rows."""
+        """Add the counts since the last flush to the per-minute throughput rows."""
         self._last_flush = time.monotonic()
         if not self._counts:
             return
         counts: dict[str, tuple[int, int, int]] = {}
         for (queue, result), n in self._counts.items():
             acked, retried, dead = counts.get(queue, (0, 0, 0))
-            if result == "acked":
+            if result == Settled.ACKED:
                 acked += n
-            elif result == "retried":
+            elif result == Settled.RETRIED:
                 retried += n
-            elif result == "dead":
+            elif result == Settled.DEAD:
                 dead += n
             counts[queue] = (acked, retried, dead)
         self._counts.clear()
-        record_outcomes(self.using, counts)
+        record_throughput(self.using, counts)

@@ -1,19 +1,10 @@
-"""Users for the admin tests: a superuser, and staff with only some permissions."""
+"""Fixtures for the admin tests: fast password hashing, a client logged in as limited staff."""
 
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Permission, User
 
-
-def staff_with(*codenames: str) -> User:
-    """Return a staff user holding exactly the alkstore_django permissions ``codenames``."""
-    user = User.objects.create(username=f"staff-{'-'.join(codenames) or 'none'}", is_staff=True)
-    perms = Permission.objects.filter(
-        content_type__app_label="alkstore_django", codename__in=codenames
-    )
-    user.user_permissions.set(perms)
-    return user
+from tests.helpers import staff_with
 
 
 @pytest.fixture(autouse=True)

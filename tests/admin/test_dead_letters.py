@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from alkstore_django.models import DeadJob, Job
 from tests.factories import DeadJobFactory
+from tests.helpers import post_action
 
 pytestmark = pytest.mark.django_db
 
@@ -19,11 +20,6 @@ CHANGELIST = "admin:alkstore_django_deadjob_changelist"
 
 def changelist_url() -> str:
     return reverse(CHANGELIST)
-
-
-def post_action(client, action: str, ids: list[int], url: str | None = None, **extra):
-    data = {"action": action, "_selected_action": [str(i) for i in ids], "index": "0", **extra}
-    return client.post(url or changelist_url(), data)
 
 
 def detail_url(job_id: int) -> str:
@@ -103,7 +99,7 @@ def test_detail__escapes_html_in_payload_and_error(admin_client):
 def test_requeue_action__moves_rows_back_pending_with_same_id_and_records_history(admin_client):
     dead = DeadJobFactory(queue="emails", attempts=3, last_error="boom")
     kept = DeadJobFactory(queue="emails")
-    response = post_action(admin_client, "requeue", [dead.id])
+    response = post_action(admin_client, changelist_url(), "requeue", [dead.id])
     assert response.status_code == 302
     job = Job.objects.get(id=dead.id)
     assert (job.queue, job.state, job.attempts, job.last_error) == ("emails", "pending", 0, "boom")
@@ -119,11 +115,13 @@ def test_requeue_action__moves_rows_back_pending_with_same_id_and_records_histor
 def test_delete_action__asks_for_confirmation_then_deletes_and_records_history(admin_client):
     doomed = DeadJobFactory.create_batch(3)
     kept = DeadJobFactory()
-    asked = post_action(admin_client, "delete_selected", [d.id for d in doomed])
+    asked = post_action(admin_client, changelist_url(), "delete_selected", [d.id for d in doomed])
     assert asked.status_code == 200
     assert "admin/delete_selected_confirmation.html" in [t.name for t in asked.templates]
     assert DeadJob.objects.count() == 4  # nothing deleted before the confirmation
-    done = post_action(admin_client, "delete_selected", [d.id for d in doomed], post="yes")
+    done = post_action(
+        admin_client, changelist_url(), "delete_selected", [d.id for d in doomed], post="yes"
+    )
     assert done.status_code == 302
     assert list(DeadJob.objects.values_list("id", flat=True)) == [kept.id]
     assert not Job.objects.exists()
@@ -192,7 +190,7 @@ def test_staff_without_requeue_permission__action_absent_and_forged_post_refused
     choices = [name for name, _ in response.context["action_form"].fields["action"].choices]
     assert "requeue" not in choices
     assert "delete_selected" in choices
-    response = post_action(client, "requeue", [dead.id])
+    response = post_action(client, changelist_url(), "requeue", [dead.id])
     assert response.status_code == 302
     assert DeadJob.objects.filter(id=dead.id).exists()
     assert not Job.objects.filter(id=dead.id).exists()
@@ -205,9 +203,9 @@ def test_staff_with_requeue_permission__may_requeue_but_not_delete(staff_client)
     choices = [name for name, _ in response.context["action_form"].fields["action"].choices]
     assert "requeue" in choices
     assert "delete_selected" not in choices
-    post_action(client, "delete_selected", [dead.id], post="yes")
+    post_action(client, changelist_url(), "delete_selected", [dead.id], post="yes")
     assert DeadJob.objects.filter(id=dead.id).exists()
-    post_action(client, "requeue", [dead.id])
+    post_action(client, changelist_url(), "requeue", [dead.id])
     assert Job.objects.filter(id=dead.id, state="pending").exists()
 
 

@@ -12,14 +12,9 @@ from django.utils import timezone
 from alkstore_django import store
 from alkstore_django.models import Job, Schedule
 from tests.factories import DeadJobFactory, LockFactory, ScheduleFactory
-from tests.helpers import lapse_claim
+from tests.helpers import lapse_claim, post_action
 
 pytestmark = pytest.mark.django_db
-
-
-def post_action(client, url: str, action: str, ids: list):
-    data = {"action": action, "_selected_action": [str(i) for i in ids], "index": "0"}
-    return client.post(url, data)
 
 
 def test_app_index__links_the_queue_overview(admin_client):

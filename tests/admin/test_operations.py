@@ -11,7 +11,7 @@ from django.utils import timezone
 from alkstore_django import operations, store
 from alkstore_django.errors import InvalidArgument
 from alkstore_django.models import DeadJob, Job, OutcomeMinute
-from alkstore_django.throughput import prune_outcomes, recent_outcomes, record_outcomes
+from alkstore_django.throughput import prune_throughput, recent_throughput, record_throughput
 from tests.factories import DeadJobFactory
 
 pytestmark = pytest.mark.django_db
@@ -120,38 +120,38 @@ def test_parse_age__refuses_anything_else_naming_the_value(text):
         operations.parse_age(text)
 
 
-def test_record_outcomes__adds_to_the_current_minute_in_one_upsert(django_assert_num_queries):
-    record_outcomes(connection.alias, {"m.q": (1, 0, 0)})
+def test_record_throughput__adds_to_the_current_minute_in_one_upsert(django_assert_num_queries):
+    record_throughput(connection.alias, {"m.q": (1, 0, 0)})
     with django_assert_num_queries(1):
-        record_outcomes(connection.alias, {"m.q": (2, 1, 1), "n.q": (1, 0, 0)})
+        record_throughput(connection.alias, {"m.q": (2, 1, 1), "n.q": (1, 0, 0)})
     rows = {r.queue: r for r in OutcomeMinute.objects.all()}
     assert (rows["m.q"].acked, rows["m.q"].retried, rows["m.q"].dead) == (3, 1, 1)
     assert rows["n.q"].acked == 1
     assert rows["m.q"].minute.second == 0 and rows["m.q"].minute.microsecond == 0
 
 
-def test_record_outcomes__skips_zeros_and_refuses_negative_counts():
-    record_outcomes(connection.alias, {"z.q": (0, 0, 0)})
+def test_record_throughput__skips_zeros_and_refuses_negative_counts():
+    record_throughput(connection.alias, {"z.q": (0, 0, 0)})
     assert not OutcomeMinute.objects.exists()
     with pytest.raises(InvalidArgument):
-        record_outcomes(connection.alias, {"z.q": (-1, 0, 0)})
+        record_throughput(connection.alias, {"z.q": (-1, 0, 0)})
 
 
-def test_recent_outcomes__zero_fills_the_hour_and_counts_dead_from_died_at():
-    record_outcomes(connection.alias, {"h.q": (4, 0, 0)})
+def test_recent_throughput__zero_fills_the_hour_and_counts_dead_from_died_at():
+    record_throughput(connection.alias, {"h.q": (4, 0, 0)})
     DeadJobFactory(queue="h.q", died_at=timezone.now())
     DeadJobFactory(queue="h.q", died_at=timezone.now() - timedelta(hours=2))
-    buckets = recent_outcomes(connection.alias, 60)
+    buckets = recent_throughput(connection.alias, 60)
     assert len(buckets) == 60
     assert sum(b.acked for b in buckets) == 4
     assert sum(b.dead for b in buckets) == 1
     assert buckets[-1].minute > buckets[0].minute
 
 
-def test_prune_outcomes__drops_rows_older_than_a_day():
+def test_prune_throughput__drops_rows_older_than_a_day():
     OutcomeMinute.objects.create(queue="old.q", minute=timezone.now() - timedelta(days=2), acked=1)
-    record_outcomes(connection.alias, {"new.q": (1, 0, 0)})
-    assert prune_outcomes(connection.alias) == 1
+    record_throughput(connection.alias, {"new.q": (1, 0, 0)})
+    assert prune_throughput(connection.alias) == 1
     assert list(OutcomeMinute.objects.values_list("queue", flat=True)) == ["new.q"]
 
 

@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from alkstore_django import store
-from alkstore_django.throughput import record_outcomes
+from alkstore_django.throughput import record_throughput
 from tests.factories import DeadJobFactory
 from tests.helpers import lapse_claim
 
@@ -37,7 +37,7 @@ def test_overview__renders_counts_per_queue(admin_client):
 
 
 def test_overview__chart_shows_finished_and_dead_lettered_minutes(admin_client):
-    record_outcomes(connection.alias, {"ov.q": (5, 1, 0)})
+    record_throughput(connection.alias, {"ov.q": (5, 1, 0)})
     DeadJobFactory(queue="ov.q", died_at=timezone.now() - timedelta(seconds=1))
     response = admin_client.get(reverse("admin:alkstore_django_overview"))
     chart = response.context["chart"]

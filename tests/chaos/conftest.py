@@ -18,15 +18,11 @@ from django import get_version
 
 pytest.register_assert_rewrite("tests.chaos.harness")
 
-from tests.chaos.harness import Figures, Fleet, env_flag  # noqa: E402
-from tests.conftest import ROOT, VENDOR  # noqa: E402
+from tests.chaos.harness import Figures, Fleet, chaos_long_enabled  # noqa: E402
+from tests.helpers import ROOT, VENDOR  # noqa: E402
 
 LONG_TIMEOUT_S = 1800
 FIGURES: list[dict[str, object]] = []
-
-
-def chaos_long_enabled(config: pytest.Config) -> bool:
-    return bool(config.getoption("--chaos-long", default=False)) or env_flag("ALKSTORE_CHAOS_LONG")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

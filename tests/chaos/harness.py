@@ -24,22 +24,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from alkstore_django.models import DeadJob, Job
+from tests.helpers import wait_for
 from tests.testapp.models import ChaosRun
 
 LOST_RE = re.compile(r"(?:job id=(\d+) queue=\S+ outcome=lost|claim lost id=(\d+))")
 RETRIED_RE = re.compile(r"job id=(\d+) queue=\S+ outcome=retried")
 ACKED_RE = re.compile(r"job id=(\d+) queue=\S+ outcome=acked")
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.1) -> bool:
-    """Poll ``predicate`` until it is truthy or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
 
 
 @dataclass
@@ -309,3 +299,8 @@ def drained(queues: Sequence[str]) -> Callable[[], bool]:
 
 def env_flag(name: str) -> bool:
     return os.environ.get(name, "").lower() in {"1", "true", "yes"}
+
+
+def chaos_long_enabled(config) -> bool:
+    """True when the scenarios should soak: ``--chaos-long`` or ``ALKSTORE_CHAOS_LONG=1``."""
+    return bool(config.getoption("--chaos-long", default=False)) or env_flag("ALKSTORE_CHAOS_LONG")

@@ -15,9 +15,8 @@ import pytest
 
 from alkstore_django import store
 from alkstore_django.models import DeadJob, Job
-from tests.chaos.harness import account, settle, wait_for
-from tests.conftest import VENDOR
-from tests.helpers import db_now
+from tests.chaos.harness import account, settle
+from tests.helpers import VENDOR, db_now, wait_for
 from tests.testapp.models import ChaosRun
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]

@@ -19,31 +19,20 @@ import pytest
 from django.db import connection
 
 from alkstore_django import store
-from tests.chaos.harness import account, drained, settle, wait_for
-from tests.conftest import VENDOR
+from tests.chaos.harness import account, drained, settle
+from tests.helpers import VENDOR, listener_pids, postgres_only, sqlite_only, wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
 
-postgres_listener = pytest.mark.skipif(
-    VENDOR != "postgresql",
-    reason="PostgreSQL only: SQLite and MariaDB have no LISTEN connection to terminate; "
+postgres_listener = postgres_only(
+    "SQLite and MariaDB have no LISTEN connection to terminate; "
     "SQLite's wake-ups watch the file (see the WAL-truncation sibling), MariaDB's watcher "
-    "reconnect is pinned in tests/contract/test_mysql.py",
+    "reconnect is pinned in tests/contract/test_mysql.py"
 )
-sqlite_file = pytest.mark.skipif(
-    VENDOR != "sqlite",
-    reason="SQLite only: pins the file database's own behaviour (the servers have no WAL "
-    "file under a watcher and no database-wide write lock)",
+sqlite_file = sqlite_only(
+    "pins the file database's own behaviour (the servers have no WAL "
+    "file under a watcher and no database-wide write lock)"
 )
-
-
-def listener_pids() -> list[int]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %%' "
-            "AND datname = current_database() AND pid <> pg_backend_pid()"
-        )
-        return [row[0] for row in cursor.fetchall()]
 
 
 def trickle(seconds: float, every_s: float, fault) -> tuple[list[int], int]:

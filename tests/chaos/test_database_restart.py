@@ -27,8 +27,8 @@ from django.db import DatabaseError, connection
 
 from alkstore_django import store
 from alkstore_django.models import DeadJob, Job, Schedule
-from tests.chaos.harness import account, drained, env_flag, settle, wait_for
-from tests.conftest import VENDOR
+from tests.chaos.harness import account, drained, env_flag, settle
+from tests.helpers import VENDOR, wait_for
 from tests.testapp.models import ChaosRun
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]

@@ -22,9 +22,8 @@ from alkstore_django import store
 from alkstore_django.models import DeadJob, Job, Lock, Schedule, ScheduleFire
 from alkstore_django.scheduler import LEADER_LOCK, LEADER_TTL_S
 from alkstore_django.specs import boundaries, parse_spec
-from tests.chaos.harness import Fleet, Proc, account, drained, settle, wait_for
-from tests.conftest import VENDOR
-from tests.helpers import db_now
+from tests.chaos.harness import Fleet, Proc, account, drained, settle
+from tests.helpers import VENDOR, db_now, wait_for
 from tests.testapp.models import ChaosRun
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]

@@ -14,8 +14,8 @@ import pytest
 
 from alkstore_django import store
 from alkstore_django.models import DeadJob, Job
-from tests.chaos.harness import account, drained, settle, wait_for
-from tests.conftest import VENDOR
+from tests.chaos.harness import account, drained, settle
+from tests.helpers import VENDOR, wait_for
 from tests.testapp.models import ChaosRun
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]

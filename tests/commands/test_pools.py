@@ -18,7 +18,7 @@ import pytest
 
 from alkstore_django import store
 from alkstore_django.models import DeadJob, Job
-from tests.helpers import runworker, wait_for
+from tests.helpers import assert_acked_once, runworker, wait_for
 from tests.testapp.models import Run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
@@ -26,12 +26,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 def pids_of(ids):
     return {w for w in Run.objects.filter(job_id__in=ids).values_list("worker_id", flat=True)}
-
-
-def assert_acked_once(ids):
-    assert not Job.objects.filter(id__in=ids).exists()
-    runs = sorted(Run.objects.filter(job_id__in=ids).values_list("job_id", "attempt"))
-    assert runs == [(job_id, 1) for job_id in sorted(ids)]
 
 
 def test_processes__run_handlers_outside_the_worker_process(subprocess_env):
@@ -46,6 +40,21 @@ def test_processes__run_handlers_outside_the_worker_process(subprocess_env):
     pids = pids_of(ids)
     assert f"pid:{proc.pid}" not in pids
     assert 1 <= len(pids) <= 2
+
+
+def test_processes__the_child_decodes_the_stored_payload_with_the_sites_codec(settings_variant):
+    """A codec whose decoded payload is not JSON: the child gets the stored text, not the value."""
+    env = settings_variant(
+        "ALKSTORE = {**ALKSTORE, 'PAYLOAD_CODEC': 'tests.testapp.pool_jobs.DecimalCodec'}"
+    )
+    ids = store.queue("p.work").enqueue_many([{"price": "9.90"}] * 3)
+    code, out = runworker(
+        env, "--queue", "p.work", "--pool", "processes", "--concurrency", "1", "--burst"
+    )
+    assert code == 0, out
+    # Acked at the first attempt by a handler that saw a Decimal, in a child process.
+    assert_acked_once(ids)
+    assert len(pids_of(ids)) == 1
 
 
 def test_processes__a_child_that_segfaults_fails_only_its_own_job(subprocess_env):

@@ -8,18 +8,16 @@ import time
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db.models.functions import Now
 
 from alkstore_django import store
-from alkstore_django.models import Job, Lock
-from alkstore_django.scheduler import LEADER_LOCK, LEADER_TTL_S
-from tests.conftest import ROOT
-from tests.helpers import wait_for
+from alkstore_django.models import Job
+from alkstore_django.scheduler import LEADER_TTL_S
+from tests.helpers import ROOT, leader_lock, wait_for
 
 
 def leader_pid() -> int | None:
     """Return the pid in the live leader's owner token (host:pid:random), or None."""
-    row = Lock.objects.filter(name=LEADER_LOCK, expires_at__gt=Now()).first()
+    row = leader_lock()
     return int(row.owner.rsplit(":", 2)[1]) if row else None
 
 

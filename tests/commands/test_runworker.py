@@ -12,8 +12,7 @@ from django.db import connection
 
 from alkstore_django import store
 from alkstore_django.models import DeadJob, Job
-from tests.conftest import postgres_only
-from tests.helpers import runworker, wait_for
+from tests.helpers import listener_pids, postgres_only, runworker, wait_for
 from tests.testapp.models import Run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
@@ -132,14 +131,6 @@ def test_lost_notification__is_covered_by_the_poll_and_the_listener_reconnects(s
     proc = runworker(subprocess_env, "--queue", "t.record", wait=False)
     try:
         with connection.cursor() as cursor:
-
-            def listener_pids():
-                cursor.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %%' "
-                    "AND datname = current_database()"
-                )
-                return [row[0] for row in cursor.fetchall()]
-
             assert wait_for(lambda: listener_pids())
             old = listener_pids()
             for pid in old:

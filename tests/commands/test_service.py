@@ -8,30 +8,17 @@ import sys
 import time
 
 import pytest
-from django.db.models.functions import Now
 
 from alkstore_django import store
-from alkstore_django.models import Lock
-from alkstore_django.scheduler import LEADER_LOCK
-from tests.helpers import wait_for
+from tests.helpers import leader_lock, manage, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
 WITHOUT_LOGGING = "del LOGGING  # a site that configures no logging at all\n"
 
 
-def manage(env, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "django", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def leading() -> bool:
-    return Lock.objects.filter(name=LEADER_LOCK, expires_at__gt=Now()).exists()
+    return leader_lock() is not None
 
 
 @pytest.mark.django_db(transaction=True)

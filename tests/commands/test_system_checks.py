@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-import django
 import pytest
+
+from tests.helpers import manage, needs_django_tasks
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -27,16 +25,6 @@ CONFLICT = (
     "Queue 't.record' has 2 handlers (tests.testapp.jobs.record_run, "
     "alk_conflict.jobs.record_again): expected one handler per queue."
 )
-
-
-def manage(env, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "django", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def test_two_handlers_for_one_queue__check_names_them_and_apps_still_load(settings_variant):
@@ -64,7 +52,7 @@ def test_two_handlers_for_one_queue__the_worker_refuses_that_queue_only(settings
     assert served.returncode == 0, served.stderr
 
 
-@pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks needs Django 6.0+")
+@needs_django_tasks()
 def test_tasks_queue_that_a_handler_also_claims__is_a_check_error_naming_the_runner_once(
     settings_variant,
 ):

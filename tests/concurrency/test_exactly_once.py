@@ -13,8 +13,7 @@ from django.db import connections, transaction
 from alkstore_django import store
 from alkstore_django.models import Job
 from tests.concurrency.starting_line import race, run_threads
-from tests.conftest import DIALECT, ROOT, needs, sqlite_only
-from tests.helpers import live_count
+from tests.helpers import DIALECT, ROOT, live_count, needs, sqlite_only
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
 

@@ -12,7 +12,7 @@ from django.db import connection, connections, transaction
 from alkstore_django import store
 from alkstore_django.models import Job
 from tests.concurrency.starting_line import race, run_threads
-from tests.conftest import ROOT, mysql_only, needs
+from tests.helpers import ROOT, mysql_only, needs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 

@@ -10,15 +10,14 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 
 from alkstore_django import store
 from alkstore_django.dialects import dialect_for
 from alkstore_django.models import Job
 from alkstore_django.notify import open_watcher
-from tests.conftest import mysql_only
 from tests.contract.mixin import DialectContract
-from tests.helpers import wait_for
+from tests.helpers import mysql_only, row_locked_elsewhere, wait_for
 
 pytestmark = mysql_only("the MariaDB/MySQL dialect's contract run")
 
@@ -29,60 +28,30 @@ class TestMysqlDialect(DialectContract):
     def test_ack__is_retried_after_a_lock_wait_timeout_not_surfaced(self, dialect):
         job_id = store.queue("c").enqueue({})
         job = dialect.claim("c", "w", 1)[0]
-        locked, release = threading.Event(), threading.Event()
-
-        def hold():
-            try:
-                with transaction.atomic():
-                    Job.objects.select_for_update().get(id=job_id)
-                    locked.set()
-                    release.wait(10)
-            finally:
-                connections.close_all()
-
-        holder = threading.Thread(target=hold)
-        holder.start()
-        assert locked.wait(10)
-        with connection.cursor() as cursor:
-            cursor.execute("SET SESSION innodb_lock_wait_timeout = 1")
-        # The first attempt waits 1 s and times out (1205); the holder lets
-        # go meanwhile, and the retry acks.
-        threading.Timer(1.5, release.set).start()
         try:
-            assert dialect.ack_fenced("w", [(job_id, job.generation)]) == [job_id]
+            with row_locked_elsewhere(job_id) as release:
+                with connection.cursor() as cursor:
+                    cursor.execute("SET SESSION innodb_lock_wait_timeout = 1")
+                # The first attempt waits 1 s and times out (1205); the holder lets
+                # go meanwhile, and the retry acks.
+                threading.Timer(1.5, release.set).start()
+                assert dialect.ack_fenced("w", [(job_id, job.generation)]) == [job_id]
         finally:
-            release.set()
-            holder.join(10)
             connection.close()
         assert not Job.objects.filter(id=job_id).exists()
 
     def test_lock_wait_timeout__inside_the_callers_transaction_is_the_callers(self, dialect):
         job_id = store.queue("c").enqueue({})
         job = dialect.claim("c", "w", 1)[0]
-        locked, release = threading.Event(), threading.Event()
-
-        def hold():
-            try:
-                with transaction.atomic():
-                    Job.objects.select_for_update().get(id=job_id)
-                    locked.set()
-                    release.wait(10)
-            finally:
-                connections.close_all()
-
-        holder = threading.Thread(target=hold)
-        holder.start()
-        assert locked.wait(10)
         try:
-            with connection.cursor() as cursor:
-                cursor.execute("SET SESSION innodb_lock_wait_timeout = 1")
-            from django.db import OperationalError
+            with row_locked_elsewhere(job_id):
+                with connection.cursor() as cursor:
+                    cursor.execute("SET SESSION innodb_lock_wait_timeout = 1")
+                from django.db import OperationalError
 
-            with pytest.raises(OperationalError), transaction.atomic():
-                dialect.ack_fenced("w", [(job_id, job.generation)])
+                with pytest.raises(OperationalError), transaction.atomic():
+                    dialect.ack_fenced("w", [(job_id, job.generation)])
         finally:
-            release.set()
-            holder.join(10)
             connection.close()
 
     def test_watcher__reconnects_after_its_connection_is_killed_and_still_wakes(self, dialect):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.conftest import postgres_only
 from tests.contract.mixin import DialectContract
+from tests.helpers import postgres_only
 
 pytestmark = postgres_only("the PostgreSQL dialect's contract run")
 

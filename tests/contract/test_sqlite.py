@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.conftest import sqlite_only
 from tests.contract.mixin import DialectContract
+from tests.helpers import sqlite_only
 
 pytestmark = sqlite_only("the SQLite dialect's contract run")
 

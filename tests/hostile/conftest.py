@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from hypothesis.configuration import set_hypothesis_home_dir
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
-set_hypothesis_home_dir(ROOT / ".test-db" / "hypothesis")
+
+def pytest_configure(config) -> None:
+    set_hypothesis_home_dir(ROOT / ".test-db" / "hypothesis")

@@ -11,13 +11,19 @@ from __future__ import annotations
 import signal
 import time
 
-import django
 import pytest
 
 from alkstore_django import operations, store
 from alkstore_django.error_text import MAX_ERROR_CHARS
 from alkstore_django.models import DeadJob, Job
-from tests.helpers import lapse_claim, make_due, runworker, wait_for
+from tests.helpers import (
+    assert_acked_once,
+    lapse_claim,
+    make_due,
+    needs_django_tasks,
+    runworker,
+    wait_for,
+)
 from tests.testapp.models import Run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
@@ -33,13 +39,6 @@ def with_innocents(env, queue, payload=None, **opts):
     assert code == 0, out[-3000:]
     assert_acked_once(before + after)
     return job_id, out
-
-
-def assert_acked_once(ids):
-    assert not Job.objects.filter(id__in=ids).exists()
-    assert not DeadJob.objects.filter(id__in=ids).exists()
-    runs = sorted(Run.objects.filter(job_id__in=ids).values_list("job_id", "attempt"))
-    assert runs == [(job_id, 1) for job_id in sorted(ids)]
 
 
 def assert_readable(error):
@@ -176,7 +175,7 @@ def test_8_async_handlers__are_awaited_and_their_outcome_applied(subprocess_env)
 # --- 9: the Tasks backend -----------------------------------------------------------------
 
 
-@pytest.mark.skipif(django.VERSION < (6, 0), reason="Django's Tasks framework needs Django 6.0+")
+@needs_django_tasks()
 def test_9_tasks__unstorable_results_fail_clearly_and_unknown_aliases_are_dead_lettered(
     subprocess_env,
 ):

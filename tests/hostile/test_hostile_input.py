@@ -16,37 +16,17 @@ from datetime import UTC, datetime
 
 import pytest
 from django.core.management import CommandError, call_command
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from alkstore_django import store
 from alkstore_django.errors import AlkstoreError, InvalidArgument, InvalidName, PayloadError
 from alkstore_django.models import DeadJob, Job, Lock, Schedule
 from alkstore_django.validation import MAX_DURATION_S
+from tests.helpers import BOUNDED, HOSTILE_NAMES, SQL_INJECTION
 
 pytestmark = pytest.mark.django_db
 
-BOUNDED = settings(
-    derandomize=True,
-    database=None,
-    deadline=None,
-    max_examples=80,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-
-SQL = "'; DROP TABLE alkstore_django_job; --"
-HOSTILE_NAMES = [
-    "it's",
-    'say "hi"',
-    "with spaces and\ttabs\nand newlines",
-    "ünïcødé ✓ 名前 🚀",
-    SQL,
-    '") OR 1=1; --',
-    "%s %(name)s {now} %%",
-    "\\",
-    "LISTEN x; NOTIFY y",
-    "x" * 200,
-]
 TOO_LONG = "x" * 10_000
 
 
@@ -382,7 +362,7 @@ def test_try_lock__a_named_error_and_nothing_written_or_an_exact_round_trip(name
 # --- the commands ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [SQL, "it's", "ünï 🚀"])
+@pytest.mark.parametrize("name", [SQL_INJECTION, "it's", "ünï 🚀"])
 def test_commands__treat_hostile_names_as_plain_values(name):
     with pytest.raises(CommandError, match="No handler"):
         call_command("runworker", "--queue", name, "--burst")
@@ -401,7 +381,9 @@ def test_commands__refuse_a_10000_character_name_by_its_rule():
     assert written() == (0, 0, 0, 0)
 
 
-@pytest.mark.parametrize("age", ["1e309d", "-1d", "0s", "nan", "99999999999999999999999d", SQL])
+@pytest.mark.parametrize(
+    "age", ["1e309d", "-1d", "0s", "nan", "99999999999999999999999d", SQL_INJECTION]
+)
 def test_alkstore_purge__refuses_absurd_ages(age):
     with pytest.raises(CommandError):
         call_command("alkstore", "purge-dead", "--queue", "q", "--older-than", age)

@@ -17,7 +17,7 @@ from alkstore_django.errors import InvalidArgument
 from alkstore_django.notify import MAX_NOTIFY_PAYLOAD_BYTES, open_watcher
 from alkstore_django.queues import channel_for
 from alkstore_django.validation import MAX_NAME_LENGTH
-from tests.hostile.test_hostile_input import BOUNDED, HOSTILE_NAMES
+from tests.helpers import BOUNDED, HOSTILE_NAMES
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,8 +17,7 @@ from django.db import connection
 from alkstore_django import store
 from alkstore_django.models import Job
 from alkstore_django.scheduler import tick
-from tests.conftest import ROOT
-from tests.helpers import lapse_claim
+from tests.helpers import ROOT, lapse_claim
 
 PACKAGE = ROOT / "alkstore_django"
 SENTINEL = "zq'\"sentinel; DROP TABLE x; --"

@@ -53,7 +53,7 @@ def test_live_workers__a_running_worker_is_listed_with_its_counts_and_leaves_on_
     try:
         assert wait_for(lambda: worker.stats.acked == 3)
         # The next announcement carries the counts.
-        worker._next_announce = 0.0
+        worker.upkeep.hurry("announce")
         assert wait_for(lambda: [w.acked for w in presence.live_workers("default")] == [3])
         [row] = presence.live_workers("default")
         assert (row.worker_id, row.queues, row.pool, row.pid) == (

@@ -15,6 +15,7 @@ from django.db.models.functions import Now
 from alkstore_django import store
 from alkstore_django.errors import InvalidArgument, InvalidName, LockNotAcquired, ReservedName
 from alkstore_django.models import Lock
+from tests.helpers import db_now
 
 pytestmark = pytest.mark.django_db
 
@@ -22,10 +23,6 @@ pytestmark = pytest.mark.django_db
 def lapse_lock(name: str, seconds_ago: float = 1.0) -> None:
     """Put the lease of lock ``name`` in the past, against the database clock."""
     Lock.objects.filter(name=name).update(expires_at=Now() - timedelta(seconds=seconds_ago))
-
-
-def db_now():
-    return store.dialect.database_now()
 
 
 def test_try_lock__takes_a_free_lock_and_refuses_another_owner():

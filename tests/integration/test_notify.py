@@ -21,7 +21,7 @@ from alkstore_django import store
 from alkstore_django.models import Job
 from alkstore_django.notify import HALT_CHECK_S, open_watcher, watch_queues
 from alkstore_django.queues import channel_for
-from tests.conftest import mysql_only, needs
+from tests.helpers import mysql_only, needs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

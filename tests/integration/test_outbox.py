@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from django.db import transaction
-from django.db.models.functions import Now
 
 from alkstore_django import Fail, store
 from alkstore_django.errors import InvalidArgument, InvalidName, ReservedName
 from alkstore_django.models import DeadJob, Job
 from alkstore_django.notify import open_watcher
+from tests.helpers import db_now, make_due
 
 pytestmark = pytest.mark.django_db
-
-
-def make_due(job_id: int) -> None:
-    Job.objects.filter(id=job_id).update(run_at=Now() - timedelta(milliseconds=1))
-
-
-def db_now():
-    return store.dialect.database_now()
 
 
 def test_outbox__is_backed_by_its_reserved_queue_with_fixed_stamps():

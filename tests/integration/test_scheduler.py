@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -22,57 +21,10 @@ from alkstore_django.errors import (
     ReservedName,
 )
 from alkstore_django.models import Job, Lock, Schedule
-from alkstore_django.scheduler import LEADER_LOCK, run_schedules, tick
-from tests.helpers import wait_for
+from alkstore_django.scheduler import LEADER_LOCK, tick
+from tests.helpers import boundaries_ago, db_now, leader_lock, schedules_runner, wait_for
 
 pytestmark = pytest.mark.django_db
-
-
-def db_now() -> datetime:
-    return store.dialect.database_now()
-
-
-def boundaries_ago(name: str, n: int) -> datetime:
-    """Put schedule ``name``'s next_run_at on the boundary ``n - 1`` intervals before the last.
-
-    Leaves exactly ``n`` elapsed boundaries for the next tick.
-    """
-    row = Schedule.objects.get(name=name)
-    last = math.floor(db_now().timestamp() / row.interval_s) * row.interval_s
-    at = datetime.fromtimestamp(last - (n - 1) * row.interval_s, tz=UTC)
-    Schedule.objects.filter(name=name).update(next_run_at=at)
-    return at
-
-
-class Runner:
-    """``run_schedules`` in a thread, the way the command drives it."""
-
-    def __init__(self, owner: str | None = None) -> None:
-        self.owner = owner
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            run_schedules(store, self.stop, owner=self.owner)
-        except BaseException as exc:  # noqa: BLE001 - the test asserts on it
-            self.error = exc
-        finally:
-            connections.close_all()
-
-    def start(self) -> Runner:
-        self.thread.start()
-        return self
-
-    def halt(self, timeout_s: float = 5.0) -> None:
-        self.stop.set()
-        self.thread.join(timeout_s)
-        assert not self.thread.is_alive(), "run_schedules did not return after stop"
-
-
-def leader() -> Lock | None:
-    return Lock.objects.filter(name=LEADER_LOCK, expires_at__gt=Now()).first()
 
 
 # --- the spec grammar and registration -----------------------------------------
@@ -250,9 +202,9 @@ def test_tick__jobs_join_the_callers_transaction():
 @pytest.mark.django_db(transaction=True)
 def test_run_schedules__two_loops_fire_each_boundary_exactly_once():
     first_at = store.schedule("beat", "@every 1s", "beats").next_run_at
-    a = Runner(owner="runner-a").start()
-    assert wait_for(leader, 5), "the first runner did not take leadership"
-    b = Runner(owner="runner-b").start()
+    a = schedules_runner(owner="runner-a").start()
+    assert wait_for(leader_lock, 5), "the first runner did not take leadership"
+    b = schedules_runner(owner="runner-b").start()
     b.thread.join(5)
 
     assert isinstance(b.error, LeadershipLost)
@@ -268,8 +220,8 @@ def test_run_schedules__two_loops_fire_each_boundary_exactly_once():
 @pytest.mark.django_db(transaction=True)
 def test_run_schedules__a_rogue_tick_without_the_lock_cannot_double_fire():
     first_at = store.schedule("beat", "@every 1s", "beats").next_run_at
-    a = Runner().start()
-    assert wait_for(leader, 5)
+    a = schedules_runner().start()
+    assert wait_for(leader_lock, 5)
     stop_rogue = threading.Event()
     rogue_fired = []
 
@@ -298,8 +250,8 @@ def test_run_schedules__a_rogue_tick_without_the_lock_cannot_double_fire():
 @pytest.mark.django_db(transaction=True)
 def test_run_schedules__holds_leadership_through_a_sleep_longer_than_the_ttl():
     store.schedule("slow", "@every 40s", "beats")
-    a = Runner(owner="runner-a").start()
-    first = wait_for(leader, 5)
+    a = schedules_runner(owner="runner-a").start()
+    first = wait_for(leader_lock, 5)
     assert first is not None
     seen = set()
     deadline = time.monotonic() + 4.5
@@ -320,7 +272,7 @@ def test_run_schedules__holds_leadership_through_a_sleep_longer_than_the_ttl():
 @pytest.mark.django_db(transaction=True)
 def test_run_schedules__raises_leadership_lost_before_firing_again():
     store.schedule("beat", "@every 1s", "beats")
-    a = Runner(owner="runner-a").start()
+    a = schedules_runner(owner="runner-a").start()
     assert wait_for(lambda: Job.objects.filter(queue="beats").exists(), 5)
 
     Lock.objects.filter(name=LEADER_LOCK).update(
@@ -342,21 +294,21 @@ def test_run_schedules__raises_leadership_lost_before_firing_again():
                                                "payload": {"report": "nightly"}}}}
 )  # fmt: skip
 def test_run_schedules__registers_declared_schedules_and_releases_on_stop():
-    a = Runner(owner="runner-a").start()
+    a = schedules_runner(owner="runner-a").start()
     assert wait_for(lambda: Schedule.objects.filter(name="nightly-report").exists(), 5)
-    assert leader() is not None
+    assert leader_lock() is not None
 
     started = time.monotonic()
     a.halt()
 
     assert time.monotonic() - started < 3.0
     assert a.error is None
-    assert leader() is None
+    assert leader_lock() is None
     record = Schedule.objects.get(name="nightly-report")
     assert (record.spec, record.queue, record.payload) == ("@every 1d", "reports",
                                                            {"report": "nightly"})  # fmt: skip
-    b = Runner(owner="runner-b").start()
-    assert wait_for(lambda: getattr(leader(), "owner", None) == "runner-b", 3)
+    b = schedules_runner(owner="runner-b").start()
+    assert wait_for(lambda: getattr(leader_lock(), "owner", None) == "runner-b", 3)
     b.halt()
     assert b.error is None
 
@@ -364,8 +316,8 @@ def test_run_schedules__registers_declared_schedules_and_releases_on_stop():
 @pytest.mark.django_db(transaction=True)
 def test_run_schedules__notices_a_new_schedule_within_about_a_second():
     store.schedule("idle", "@every 1d", "reports")
-    a = Runner().start()
-    assert wait_for(leader, 5)
+    a = schedules_runner().start()
+    assert wait_for(leader_lock, 5)
     time.sleep(0.5)  # the loop is now in its long sleep
 
     registered = time.monotonic()

@@ -29,9 +29,16 @@ from alkstore_django.scheduler import (
     tick,
 )
 from alkstore_django.specs import boundaries, parse_spec
-from tests.conftest import VENDOR, unpooled
-from tests.helpers import db_now, wait_for
-from tests.integration.test_scheduler import Runner, boundaries_ago, leader
+from tests.helpers import (
+    VENDOR,
+    boundaries_ago,
+    db_now,
+    leader_lock,
+    schedules_runner,
+    servers_only,
+    unpooled,
+    wait_for,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -266,13 +273,13 @@ def _drop_other_connections() -> int:
         return len(ids)
 
 
-@pytest.mark.skipif(VENDOR == "sqlite", reason="SQLite has no server session to drop")
+@servers_only("SQLite has no server session to drop")
 @unpooled("the pooler replaces a dropped server session unseen: the runner sees no error")
 @pytest.mark.django_db(transaction=True)
 def test_run_schedules__a_dropped_connection_while_sleeping_does_not_end_the_lead(caplog):
     store.schedule("idle", "@cron @yearly", "reports")
-    a = Runner(owner="runner-a").start()
-    held = wait_for(leader, 5)
+    a = schedules_runner(owner="runner-a").start()
+    held = wait_for(leader_lock, 5)
     assert held is not None
     time.sleep(0.5)  # in the long sleep
 

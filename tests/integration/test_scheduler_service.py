@@ -3,48 +3,34 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 import pytest
-from django.db import OperationalError, connection, connections
-from django.db.models.functions import Now
+from django.db import OperationalError, connection
 
 from alkstore_django import store
 from alkstore_django.locks import acquire
-from alkstore_django.models import Job, Lock
+from alkstore_django.models import Job
 from alkstore_django.scheduler import LEADER_LOCK, serve
 from alkstore_django.scheduler import leader as scheduler
-from tests.conftest import postgres_only, unpooled
-from tests.helpers import wait_for
+from tests.helpers import LoopThread, leader_lock, postgres_only, unpooled, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def leader_owner() -> str | None:
-    row = Lock.objects.filter(name=LEADER_LOCK, expires_at__gt=Now()).first()
-    return row.owner if row else None
+    return getattr(leader_lock(), "owner", None)
 
 
-class Serving:
+class Serving(LoopThread):
+    """``serve`` in a thread, started; ``halt`` also asserts it raised nothing."""
+
     def __init__(self, owner: str) -> None:
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(owner,), daemon=True)
-        self.thread.start()
+        super().__init__(serve, retry_s=0.2, owner=owner)
+        self.start()
 
-    def _run(self, owner: str) -> None:
-        try:
-            serve(store, self.stop, retry_s=0.2, owner=owner)
-        except BaseException as exc:  # noqa: BLE001 - the test asserts on it
-            self.error = exc
-        finally:
-            connections.close_all()
-
-    def halt(self) -> None:
-        self.stop.set()
-        self.thread.join(5)
-        assert not self.thread.is_alive()
+    def halt(self, timeout_s: float = 5.0) -> None:
+        super().halt(timeout_s)
         assert self.error is None
 
 

@@ -11,20 +11,17 @@ so the PostgreSQL dialect must prepare nothing there.
 from __future__ import annotations
 
 import pytest
-from django.conf import settings
 from django.db import connections
 
 from alkstore_django import store
 from alkstore_django.dialects import dialect_for
 from alkstore_django.notify import open_watcher
 from tests.concurrency.starting_line import run_threads
+from tests.helpers import pooled_only
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "direct"]),
-    pytest.mark.skipif(
-        "direct" not in settings.DATABASES,
-        reason="needs the suite behind a transaction-mode pooler (scripts/test.sh pgbouncer)",
-    ),
+    pooled_only("needs the direct alias past the pooler (scripts/test.sh pgbouncer)"),
 ]
 
 SESSIONS = 10  # PgBouncer's default_pool_size in scripts/test.sh

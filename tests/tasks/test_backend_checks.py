@@ -9,14 +9,11 @@ pytest.importorskip("django.tasks", reason="Django's Tasks framework needs Djang
 from django.test import override_settings
 
 from alkstore_django.tasks import AlkstoreBackend
+from tests.helpers import check_ids
 
 
 def backend(**params):
     return AlkstoreBackend("t", params)
-
-
-def ids(messages):
-    return [m.id for m in messages]
 
 
 def test_check__a_good_backend_is_clean():
@@ -37,17 +34,17 @@ def test_check__a_good_backend_is_clean():
 )
 def test_check__names_the_bad_option(options, expected):
     messages = backend(OPTIONS=options).check()
-    assert ids(messages) == [expected]
+    assert check_ids(messages) == [expected]
     assert "TASKS['t']" in messages[0].msg
 
 
 def test_check__reserved_queue_names_are_refused():
-    assert ids(backend(QUEUES=["__alkstore_x"]).check()) == ["alkstore.E104"]
+    assert check_ids(backend(QUEUES=["__alkstore_x"]).check()) == ["alkstore.E104"]
 
 
 def test_check__needs_the_app_installed():
     with override_settings(INSTALLED_APPS=["django.contrib.contenttypes"]):
-        assert ids(backend().check()) == ["alkstore.E101"]
+        assert check_ids(backend().check()) == ["alkstore.E101"]
 
 
 def test_construction_and_validation_touch_no_database():

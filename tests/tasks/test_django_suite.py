@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("django.tasks", reason="Django's Tasks framework needs Django 6.0+")
 
-from tests.conftest import ROOT, unpooled
+from tests.helpers import ROOT, unpooled
 
 RUNNER = ROOT / "tests" / "django_tasks_suite" / "run.py"
 EXIT_UNAVAILABLE = 77

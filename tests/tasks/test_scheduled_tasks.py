@@ -16,7 +16,7 @@ from alkstore_django.models import Job, Schedule
 from alkstore_django.scheduler import tick
 from alkstore_django.tasks import schedule_task
 from alkstore_django.testing import run_ready_tasks
-from tests.integration.test_scheduler import boundaries_ago
+from tests.helpers import boundaries_ago
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import time
+from decimal import Decimal
 
-from alkstore_django import handler
+from alkstore_django import Fail, handler
+from alkstore_django.codecs import DjangoJSONCodec
 
 from .models import Run
 
@@ -20,6 +22,15 @@ def record_pid(job) -> None:
     )
 
 
+class DecimalCodec(DjangoJSONCodec):
+    """A site's codec whose decoded payload is not JSON: a ``price`` comes back a ``Decimal``."""
+
+    def decode(self, value):
+        if isinstance(value, dict) and "price" in value:
+            return {**value, "price": Decimal(value["price"])}
+        return value
+
+
 def _options(job) -> dict:
     return job.payload if isinstance(job.payload, dict) else {}
 
@@ -29,6 +40,8 @@ def work(job):
     """Record, then do what the payload says: segfault, loop for ever, sleep, leak."""
     record_pid(job)
     options = _options(job)
+    if "price" in options and not isinstance(options["price"], Decimal):
+        raise Fail(f"the payload was not decoded by DecimalCodec: {options['price']!r}")
     if options.get("segfault"):
         os.kill(os.getpid(), signal.SIGSEGV)
     if options.get("loop"):

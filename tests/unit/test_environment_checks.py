@@ -6,11 +6,7 @@ import sys
 
 from alkstore_django import checks
 from alkstore_django.handlers import HandlerRegistry
-from tests.conftest import postgres_only, sqlite_only
-
-
-def ids(messages) -> list[str]:
-    return [m.id for m in messages]
+from tests.helpers import check_ids, postgres_only, sqlite_only
 
 
 def send(job):
@@ -46,7 +42,7 @@ def test_use_tz_false__is_a_check_error_saying_why(settings):
 
 
 def test_use_tz_true__passes():
-    assert "alkstore.E203" not in ids(checks.check_environment())
+    assert "alkstore.E203" not in check_ids(checks.check_environment())
 
 
 @postgres_only("the check is about PostgreSQL's driver; the SQLite sibling pins its silence")
@@ -60,10 +56,25 @@ def test_postgresql_without_psycopg_3__is_a_check_error_naming_the_extra(monkeyp
 
 @postgres_only("with psycopg 3 importable the PostgreSQL site passes")
 def test_postgresql_with_psycopg_3__passes():
-    assert "alkstore.E202" not in ids(checks.check_settings())
+    assert "alkstore.E202" not in check_ids(checks.check_settings())
 
 
 @sqlite_only("a SQLite site never needs psycopg; the PostgreSQL sibling is the error")
 def test_sqlite_without_psycopg__passes(monkeypatch):
     monkeypatch.setitem(sys.modules, "psycopg", None)
-    assert "alkstore.E202" not in ids(checks.check_settings())
+    assert "alkstore.E202" not in check_ids(checks.check_settings())
+
+
+def test_an_engine_django_cannot_load__is_its_own_check_error(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
+    class NoDriver:
+        def __getitem__(self, alias):
+            # What Django raises when the engine's driver is not installed at all.
+            raise ImproperlyConfigured("Error loading psycopg2 or psycopg module")
+
+    monkeypatch.setattr(checks, "connections", NoDriver())
+    (error,) = [m for m in checks.check_settings() if m.id == "alkstore.E204"]
+    assert "'default' cannot be used: Error loading psycopg2 or psycopg module" in error.msg
+    assert "pip install 'alkstore-django[postgres]'" in error.hint
+    assert "alkstore.E202" not in check_ids(checks.check_settings())

@@ -9,7 +9,15 @@ import pytest
 from croniter import croniter
 
 from alkstore_django.errors import InvalidSpec
-from alkstore_django.specs import CronSpec, EverySpec, boundaries, parse_misfire, parse_spec
+from alkstore_django.specs import (
+    MISFIRE_CHOICES,
+    CronSpec,
+    EverySpec,
+    boundaries,
+    misfire_policy,
+    parse_misfire,
+    parse_spec,
+)
 
 
 def utc(*args: int) -> datetime:
@@ -93,6 +101,20 @@ def test_parse_misfire__names_the_allowed_policies():
     assert [parse_misfire(p) for p in ("all", "latest", "skip")] == ["all", "latest", "skip"]
     with pytest.raises(InvalidSpec, match="'never': expected one of all, latest, skip"):
         parse_misfire("never")
+
+
+def test_misfire_policies__answer_the_due_boundaries_and_name_the_model_choices():
+    from alkstore_django.models import Schedule
+
+    spec = parse_spec("@every 1m")
+    first, now = utc(2026, 1, 1, 0, 0), utc(2026, 1, 1, 0, 10, 30)
+    assert len(misfire_policy("all").due(spec, first, now, held=False)) == 11
+    assert misfire_policy("latest").due(spec, first, now, held=False) == [utc(2026, 1, 1, 0, 10)]
+    # skip: only what is at most 60 s late, unless the oldest was held by a refusal.
+    assert misfire_policy("skip").due(spec, first, now, held=False) == [utc(2026, 1, 1, 0, 10)]
+    assert len(misfire_policy("skip").due(spec, first, now, held=True)) == 11
+    assert Schedule._meta.get_field("misfire").choices == MISFIRE_CHOICES
+    assert [name for name, _ in MISFIRE_CHOICES] == ["all", "latest", "skip"]
 
 
 def test_every__keeps_its_epoch_alignment_whatever_the_zone():

@@ -7,7 +7,7 @@ UTC whatever the session's time zone, as Django stores naive UTC). A claim,
 an ack and a sweep that hit a deadlock or a lock-wait timeout (1213/1205) are
 retried in a fresh transaction, never surfaced.
 
-There are no partial indexes: ``prepare_schema`` (run by migration 0006)
+There are no partial indexes: ``prepare_schema`` (run by migration 0007)
 rebuilds ``alk_job_claim`` led by ``(queue, state)`` so the claim stays an
 ordered index scan, and gives the app's tables a binary, no-pad collation so
 names compare exactly as on the other engines (case, accents and trailing
@@ -20,22 +20,16 @@ the watched queues' claimable rows and the message table that
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
-import random
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any
 
 from django.core import checks
-from django.db import DatabaseError, IntegrityError, OperationalError, transaction
+from django.db import IntegrityError, transaction
 
 from ...conf import app_settings
-from ...models import ChannelMessage
 from ...records import EnqueueStamps
 from ...records import Job as JobRecord
 from ..base import (
@@ -45,50 +39,40 @@ from ..base import (
     ENQUEUE_COLUMNS,
     JOB_SELECT,
     JOB_TABLE,
-    LOCK_TABLE,
-    OUTCOME_TABLE,
+    MESSAGE_TABLE,
     REQUEUE_COLUMNS,
     REQUEUE_SELECT,
-    SCHEDULE_COLUMNS,
-    SCHEDULE_TABLE,
     STAMP_MARKS,
+    Dialect,
     Watcher,
-    schedule_params,
+    marks,
 )
-from ..controls import CONTROL_TABLE, PAUSED
-from ..operators import OperatorDialect
+from ..claims import ClaimStatements
+from ..controls import CONTROL_TABLE, PAUSED, ControlStatements
+from ..leases import LeaseStatements
+from ..operators import OperatorStatements
+from ..schedules import ScheduleStatements
+from ..unique import UniqueJobs
 from . import schema as mysql_schema
 from .schema import CLAIM_INDEX, UNIQUE_INDEX
+from .sql import DUPLICATE_KEY, NOW, error_code, plus
+from .transactions import run_in_transaction
+from .upserts import DuplicateKeyUpserts
+from .watch import MysqlWatcher
 
-logger = logging.getLogger("alkstore_django.dialects.mysql")
-
-NOW = "UTC_TIMESTAMP(6)"
-EPOCH = "'1970-01-01 00:00:00'"
-MESSAGE_TABLE = ChannelMessage._meta.db_table
-# ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT: the transaction lost a lock race.
-RETRYABLE_ERRORS = frozenset({1213, 1205})
-DUPLICATE_KEY = 1062  # ER_DUP_ENTRY
-TRANSACTION_ATTEMPTS = 5
 LAPSED_BATCH = 1_000
 
-T = TypeVar("T")
 
-
-def _plus(base: str, seconds: str) -> str:
-    return f"TIMESTAMPADD(MICROSECOND, ROUND(({seconds}) * 1000000), {base})"
-
-
-def marks(count: int) -> str:
-    """Return ``count`` comma-separated placeholders."""
-    return ", ".join(["%s"] * count)
-
-
-def _error_code(exc: BaseException) -> int | None:
-    code = exc.args[0] if exc.args else None
-    return code if isinstance(code, int) else None
-
-
-class MysqlDialect(OperatorDialect):
+class MysqlDialect(
+    ClaimStatements,
+    UniqueJobs,
+    ControlStatements,
+    OperatorStatements,
+    LeaseStatements,
+    ScheduleStatements,
+    DuplicateKeyUpserts,
+    Dialect,
+):
     """MariaDB 10.6+ / MySQL 8.0+, ``READ COMMITTED`` (Django's default isolation level)."""
 
     vendor = "mysql"
@@ -125,49 +109,11 @@ class MysqlDialect(OperatorDialect):
 
     # --- hooks ----------------------------------------------------------------------
 
-    @contextmanager
-    def write_transaction(self) -> Iterator[Any]:
-        with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
-            yield cursor
-
-    def _transaction(self, body: Callable[[Any], T]) -> T:
-        """Run ``body(cursor)`` in a transaction, retried when it loses a lock race.
-
-        InnoDB rolls a deadlocked transaction back whole, so only a
-        transaction of our own can be run again: inside the caller's
-        ``atomic()`` block the error is the caller's. Our own is an explicit
-        ``START TRANSACTION`` … ``COMMIT`` on the autocommit connection: two
-        round trips, where ``atomic()`` takes three (autocommit off, commit,
-        autocommit on), on the worker's every cycle.
-        """
-        connection = self.connection
-        if connection.in_atomic_block:
-            with connection.cursor() as cursor:
-                return body(cursor)
-        for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
-            try:
-                with connection.cursor() as cursor:
-                    cursor.execute("START TRANSACTION")
-                    try:
-                        result = body(cursor)
-                    except BaseException:
-                        with contextlib.suppress(DatabaseError):
-                            cursor.execute("ROLLBACK")
-                        raise
-                    cursor.execute("COMMIT")
-                    return result
-            except OperationalError as exc:
-                if _error_code(exc) not in RETRYABLE_ERRORS or attempt == TRANSACTION_ATTEMPTS:
-                    raise
-                logger.debug("retrying after lock conflict attempt=%d error=%s", attempt, exc)
-                time.sleep(random.uniform(0, 0.005 * attempt))  # noqa: S311
-        raise AssertionError("unreachable")  # pragma: no cover
-
     def now_sql(self) -> tuple[str, list[Any]]:
         return NOW, []
 
     def plus_sql(self, base: str, seconds: str) -> str:
-        return _plus(base, seconds)
+        return plus(base, seconds)
 
     def ids_sql(self, ids: Sequence[int]) -> tuple[str, list[Any]]:
         # A list of constants is a primary-key range lookup; IN (NULL) matches nothing.
@@ -187,8 +133,6 @@ class MysqlDialect(OperatorDialect):
         queues: Sequence[str] = (),
         listen_alias: str | None = None,
     ) -> Watcher:
-        from .watch import MysqlWatcher
-
         return MysqlWatcher(listen_alias or self.using, list(channels), list(queues))
 
     @staticmethod
@@ -203,7 +147,7 @@ class MysqlDialect(OperatorDialect):
         """Return one enqueued row's VALUES tuple after queue and payload, and its params."""
         shared: list[Any] = [stamps.priority]
         if stamps.delay_s is not None:
-            run_at = _plus(NOW, "%s")
+            run_at = plus(NOW, "%s")
             shared.append(stamps.delay_s)
         elif stamps.run_at is not None:
             run_at = "%s"
@@ -213,7 +157,7 @@ class MysqlDialect(OperatorDialect):
         shared += stamps.stamp_params()
         expires_at = "NULL"
         if stamps.expires_s is not None:
-            expires_at = _plus(NOW, "%s")
+            expires_at = plus(NOW, "%s")
             shared.append(stamps.expires_s)
         return f"%s, {run_at}, 0, {STAMP_MARKS}, {expires_at}, 'pending', {NOW}", shared
 
@@ -257,7 +201,7 @@ class MysqlDialect(OperatorDialect):
                 with transaction.atomic(using=self.using):
                     cursor.execute(sql, [stamps.queue, payload, *shared, key])
             except IntegrityError as exc:
-                if _error_code(exc) != DUPLICATE_KEY or UNIQUE_INDEX not in str(exc):
+                if error_code(exc) != DUPLICATE_KEY or UNIQUE_INDEX not in str(exc):
                     raise
                 continue
             written[key] = int(cursor.lastrowid)
@@ -301,7 +245,7 @@ class MysqlDialect(OperatorDialect):
             )
             return acked, self._mark_claimed(cursor, cursor.fetchall(), worker_id, now)
 
-        acked, jobs = self._transaction(body)
+        acked, jobs = run_in_transaction(self.connection, body)
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
         return acked, jobs
 
@@ -431,7 +375,7 @@ class MysqlDialect(OperatorDialect):
             rows = self._lock_matching(cursor, where.format(now="%s"), [*params, now])
             return self._move_to_dead(cursor, [row[0] for row in rows], error, now)
 
-        return self._transaction(body)
+        return run_in_transaction(self.connection, body)
 
     def ack_many(self, queue: str, ids: Sequence[int]) -> int:
         match, params = self.ids_sql(ids)
@@ -444,7 +388,9 @@ class MysqlDialect(OperatorDialect):
     def ack_fenced(self, worker_id: str, fences: Sequence[tuple[int, int]]) -> list[int]:
         if not fences:
             return []
-        return self._transaction(lambda cursor: self._delete_fenced(cursor, worker_id, fences))
+        return run_in_transaction(
+            self.connection, lambda cursor: self._delete_fenced(cursor, worker_id, fences)
+        )
 
     def notify(self, channel: str, payload: str) -> None:
         # A message row, read by the listeners' watchers (which also trim old ones).
@@ -480,78 +426,3 @@ class MysqlDialect(OperatorDialect):
             f"DELETE FROM {DEAD_TABLE} WHERE queue = %s AND died_at <= %s ORDER BY died_at LIMIT %s"
         )
         return self._rowcount(sql, [queue, self.adapt_datetime(cutoff), limit])
-
-    def record_outcomes(self, rows: Sequence[tuple[str, int, int, int]]) -> None:
-        select = " UNION ALL ".join(["SELECT %s AS q, %s AS a, %s AS r, %s AS d"] * len(rows))
-        sql = (
-            f"INSERT INTO {OUTCOME_TABLE} (queue, minute, acked, retried, dead) "
-            "SELECT u.q, DATE_FORMAT(UTC_TIMESTAMP(), '%%Y-%%m-%%d %%H:%%i:00'), u.a, u.r, u.d "
-            f"FROM ({select}) AS u ON DUPLICATE KEY UPDATE acked = acked + u.a, "
-            "retried = retried + u.r, dead = dead + u.d"
-        )
-        self._rowcount(sql, [value for row in rows for value in row])
-
-    # --- leases and schedules -------------------------------------------------------------
-
-    def acquire_lock(self, name: str, owner: str, ttl_s: float) -> tuple[int, datetime] | None:
-        # ON DUPLICATE KEY UPDATE has no WHERE: each column keeps its value
-        # unless the take is allowed. MySQL applies the assignments left to
-        # right, each seeing the ones before it, so fence and acquired_at
-        # (which read the old owner and expiry) come first, then owner, then
-        # expires_at (whose test then sees the new owner).
-        taken = f"(owner = %s OR expires_at <= {NOW})"
-        renewing = f"(owner = %s AND expires_at > {NOW})"
-        sql = (
-            f"INSERT INTO {LOCK_TABLE} (name, owner, fence, expires_at, acquired_at) "
-            f"VALUES (%s, %s, 1, {_plus(NOW, '%s')}, {NOW}) ON DUPLICATE KEY UPDATE "
-            f"fence = IF({renewing}, fence, IF({taken}, fence + 1, fence)), "
-            f"acquired_at = IF({renewing}, acquired_at, IF({taken}, {NOW}, acquired_at)), "
-            f"owner = IF({taken}, %s, owner), "
-            f"expires_at = IF(owner = %s, {_plus(NOW, '%s')}, expires_at)"
-        )
-        ttl = float(ttl_s)
-        params = [name, owner, ttl, *[owner] * 7, ttl]
-
-        def body(cursor: Any) -> tuple[int, datetime] | None:
-            cursor.execute(sql, params)
-            cursor.execute(
-                f"SELECT owner, fence, expires_at FROM {LOCK_TABLE} WHERE name = %s", [name]
-            )
-            held_by, fence, expires_at = cursor.fetchone()
-            if held_by != owner:
-                return None
-            return int(fence), self.to_datetime(expires_at)  # type: ignore[return-value]
-
-        return self._transaction(body)
-
-    def renew_lock(self, name: str, owner: str, fence: int, ttl_s: float) -> datetime | None:
-        def body(cursor: Any) -> datetime | None:
-            cursor.execute(
-                f"UPDATE {LOCK_TABLE} SET expires_at = {_plus(NOW, '%s')} "
-                f"WHERE name = %s AND owner = %s AND fence = %s AND expires_at > {NOW}",
-                [float(ttl_s), name, owner, fence],
-            )
-            if cursor.rowcount != 1:
-                return None
-            cursor.execute(f"SELECT expires_at FROM {LOCK_TABLE} WHERE name = %s", [name])
-            return self.to_datetime(cursor.fetchone()[0])
-
-        return self._transaction(body)
-
-    def upsert_schedule(self, values: dict[str, Any], next_run_at: datetime) -> None:
-        # next_run_at and refused_from are assigned before spec and zone, so
-        # they compare the stored ones.
-        same = "(spec = %s AND zone = %s)"
-        sql = (
-            f"INSERT INTO {SCHEDULE_TABLE} ({SCHEDULE_COLUMNS}, created_at, updated_at) "
-            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {NOW}, {NOW}) "
-            f"ON DUPLICATE KEY UPDATE next_run_at = IF({same}, next_run_at, %s), "
-            f"refused_from = IF({same}, refused_from, NULL), "
-            "spec = %s, interval_s = %s, zone = %s, misfire = %s, queue = %s, payload = %s, "
-            "priority = %s, max_attempts = %s, visibility_timeout_s = %s, retry_base_s = %s, "
-            f"expires_s = %s, declared = %s, admin_edited_at = NULL, updated_at = {NOW}"
-        )
-        row = schedule_params(self, values, next_run_at)
-        spec, zone, next_at = row[1], row[3], row[14]
-        updates = [*row[1:12], row[13]]
-        self._rowcount(sql, [*row, spec, zone, next_at, spec, zone, *updates])

@@ -1,6 +1,6 @@
 """MariaDB/MySQL: the settings, schema and server version alkstore needs.
 
-Kept apart from ``mysql.py`` so the statements stay readable on their own.
+Kept apart from ``dialect.py`` so the statements stay readable on their own.
 """
 
 from __future__ import annotations

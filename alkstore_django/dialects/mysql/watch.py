@@ -35,9 +35,9 @@ from typing import Any
 import MySQLdb
 from django.db import connections
 
-from ..base import JOB_TABLE, Watcher
+from ..base import JOB_TABLE, MESSAGE_TABLE, Watcher, marks
 from ..controls import CONTROL_PAYLOAD
-from .dialect import MESSAGE_TABLE, NOW, marks
+from .sql import NOW
 
 logger = logging.getLogger("alkstore_django.dialects.mysql_watch")
 

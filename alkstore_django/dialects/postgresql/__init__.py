@@ -1,1 +1,11 @@
-"""The postgresql engine."""
+"""The PostgreSQL engine: ``PostgresDialect`` and what it is made of.
+
+``dialect.py`` the dialect (prepared statements, single-statement moves),
+``watch.py`` its ``LISTEN`` watcher.
+"""
+
+from __future__ import annotations
+
+from .dialect import PostgresDialect
+
+__all__ = ["PostgresDialect"]

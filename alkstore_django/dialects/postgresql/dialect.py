@@ -8,18 +8,12 @@ statement would not follow the next transaction to its server connection.
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import selectors
 import threading
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from functools import cache, cached_property
 from typing import Any
 
 from django.core import checks
-from django.db import connections, transaction
 
 from ...conf import app_settings
 from ...records import EnqueueStamps
@@ -35,12 +29,17 @@ from ..base import (
     REQUEUE_COLUMNS,
     REQUEUE_SELECT,
     STAMP_MARKS,
+    Dialect,
     Watcher,
 )
-from ..controls import CONTROL_PAYLOAD, PAUSED
-from ..upserts import OnConflictDialect
-
-logger = logging.getLogger("alkstore_django.dialects.postgresql")
+from ..claims import ClaimStatements
+from ..controls import PAUSED, ControlStatements
+from ..leases import LeaseStatements
+from ..operators import OperatorStatements
+from ..schedules import ScheduleStatements
+from ..unique import UniqueJobs
+from ..upserts import OnConflictUpserts
+from .watch import PostgresWatcher
 
 NOW = "statement_timestamp()"
 NEVER_AUTO_PREPARE = 2**62
@@ -92,12 +91,22 @@ def _enqueue_sql(single: bool, when: str, expires: bool) -> str:
     )
 
 
-class PostgresDialect(OnConflictDialect):
+class PostgresDialect(
+    ClaimStatements,
+    UniqueJobs,
+    ControlStatements,
+    OperatorStatements,
+    LeaseStatements,
+    ScheduleStatements,
+    OnConflictUpserts,
+    Dialect,
+):
     """PostgreSQL 13+ through psycopg 3."""
 
     vendor = "postgresql"
     supports_skip_locked = True
     supports_listen_notify = True
+    supports_update_returning = True
 
     def __init__(self, using: str) -> None:
         super().__init__(using)
@@ -126,11 +135,6 @@ class PostgresDialect(OnConflictDialect):
                 )
             ]
         return []
-
-    @contextmanager
-    def write_transaction(self) -> Iterator[Any]:
-        with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
-            yield cursor
 
     def now_sql(self) -> tuple[str, list[Any]]:
         return NOW, []
@@ -359,91 +363,3 @@ class PostgresDialect(OnConflictDialect):
             "retried = o.retried + excluded.retried, dead = o.dead + excluded.dead"
         )
         self._rowcount(sql, [list(column) for column in zip(*rows, strict=True)])
-
-
-class PostgresWatcher(Watcher):
-    """One LISTEN connection for all channels; it reconnects after a drop.
-
-    It connects through ``LISTEN_DATABASE`` when set, so a transaction-mode
-    pooler (which cannot hold a LISTEN) can serve everything else.
-    """
-
-    def __init__(self, alias: str, channels: list[str]) -> None:
-        self.alias = alias
-        self.channels = channels
-        self._conn: Any = None
-        self.reconnects = 0
-        # LISTEN at once: a notification sent between opening the watcher and
-        # the first receive() must not be lost. A failure here is retried there.
-        import psycopg  # here, not at the top: a SQLite site need not have it
-
-        try:
-            self._conn = self._connect()
-        except psycopg.Error as exc:
-            logger.warning("listener connection failed alias=%s error=%s", alias, exc)
-
-    def _connect(self) -> Any:
-        from psycopg import sql as pgsql
-
-        wrapper = connections[self.alias]
-        conn = wrapper.get_new_connection(wrapper.get_connection_params())
-        conn.autocommit = True
-        for channel in self.channels:
-            conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))
-        return conn
-
-    def receive(self, timeout_s: float) -> list[tuple[str, str]]:
-        import psycopg
-
-        deadline = time.monotonic() + timeout_s
-        try:
-            if self._conn is None or self._conn.closed:
-                if self._conn is not None:
-                    self.reconnects += 1
-                self._conn = self._connect()
-                if self.reconnects:
-                    logger.info("listener reconnected alias=%s", self.alias)
-                    # Anything sent while we were away is lost: report a wake-up
-                    # so the caller polls at once.
-                    return [("", "")]
-            # psycopg's timed wait costs most of a millisecond of CPU per call
-            # whatever the timeout; waiting on the socket costs microseconds,
-            # so the worker's watcher can look at its halt flag often.
-            # notifies(timeout=0) reads what already arrived (and what psycopg
-            # kept from earlier statements) without waiting.
-            messages = self._pending()
-            if messages:
-                return messages
-            with selectors.DefaultSelector() as selector:
-                selector.register(self._conn.fileno(), selectors.EVENT_READ)
-                while not messages:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0 or not selector.select(remaining):
-                        break
-                    messages = self._pending()
-            return messages
-        except psycopg.Error as exc:
-            logger.warning("listener connection lost alias=%s error=%s", self.alias, exc)
-            self._drop()
-            # Back off briefly instead of spinning on a dead server.
-            time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
-            return []
-
-    def wait_for_controls(self, timeout_s: float) -> tuple[bool, bool]:
-        messages = self.receive(timeout_s)
-        return bool(messages), any(payload == CONTROL_PAYLOAD for _, payload in messages)
-
-    def _pending(self) -> list[tuple[str, str]]:
-        return [
-            (note.channel, note.payload) for note in self._conn.notifies(timeout=0, stop_after=1000)
-        ]
-
-    def _drop(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                self._conn.close()
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None

@@ -11,19 +11,15 @@ which changes whenever another connection commits.
 from __future__ import annotations
 
 import json
-import sqlite3
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 from django.core import checks
-from django.db import connections
 from django.utils.dateparse import parse_datetime
 
-from ...conf import DEFAULT_SQLITE_WATCH_INTERVAL_S, app_settings
-from ...models import ChannelMessage
+from ...conf import app_settings
 from ...records import EnqueueStamps
 from ...records import Job as JobRecord
 from ..base import (
@@ -33,25 +29,42 @@ from ..base import (
     ENQUEUE_COLUMNS,
     JOB_SELECT,
     JOB_TABLE,
+    MESSAGE_TABLE,
     OUTCOME_TABLE,
     REQUEUE_COLUMNS,
     REQUEUE_SELECT,
     STAMP_MARKS,
+    Dialect,
     Watcher,
 )
-from ..controls import PAUSED
-from ..upserts import OnConflictDialect
+from ..claims import ClaimStatements
+from ..controls import PAUSED, ControlStatements
+from ..leases import LeaseStatements
+from ..operators import OperatorStatements
+from ..schedules import ScheduleStatements
+from ..unique import UniqueJobs
+from ..upserts import OnConflictUpserts
+from .watch import SqliteWatcher
 
 FORMAT = "'%%Y-%%m-%%d %%H:%%M:%%f'"
 NOW = f"strftime({FORMAT}, 'now')"
-MESSAGE_TABLE = ChannelMessage._meta.db_table
 MESSAGE_TAIL = 10_000
 
 
-class SqliteDialect(OnConflictDialect):
+class SqliteDialect(
+    ClaimStatements,
+    UniqueJobs,
+    ControlStatements,
+    OperatorStatements,
+    LeaseStatements,
+    ScheduleStatements,
+    OnConflictUpserts,
+    Dialect,
+):
     """SQLite 3.35+ in WAL mode: one writer at a time, readers never blocked."""
 
     vendor = "sqlite"
+    supports_update_returning = True
     # The write transaction's lock already serializes every claim.
     row_lock_sql = ""
 
@@ -325,55 +338,3 @@ class SqliteDialect(OnConflictDialect):
             "retried = retried + excluded.retried, dead = dead + excluded.dead"
         )
         self._rowcount(sql, [json.dumps([list(row) for row in rows])])
-
-
-class SqliteWatcher(Watcher):
-    """Watches ``PRAGMA data_version``: it changes whenever another connection commits."""
-
-    def __init__(self, alias: str, channels: list[str]) -> None:
-        self.channels = channels
-        name = str(connections[alias].settings_dict["NAME"])
-        self._conn = sqlite3.connect(name, uri=name.startswith("file:"), check_same_thread=False)
-        self._conn.isolation_level = None
-        self._version = self._data_version()
-        self._last_id = self._max_id()
-
-    def _data_version(self) -> int:
-        return self._conn.execute("PRAGMA data_version").fetchone()[0]
-
-    def _max_id(self) -> int:
-        try:
-            row = self._conn.execute(f"SELECT max(id) FROM {MESSAGE_TABLE}").fetchone()
-        except sqlite3.OperationalError:
-            return 0
-        return row[0] or 0
-
-    def wait(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            version = self._data_version()
-            if version != self._version:
-                self._version = version
-                return True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            time.sleep(min(DEFAULT_SQLITE_WATCH_INTERVAL_S, remaining))
-
-    def receive(self, timeout_s: float) -> list[tuple[str, str]]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            marks = ", ".join("?" * len(self.channels))
-            rows = self._conn.execute(
-                f"SELECT id, channel, payload FROM {MESSAGE_TABLE} "
-                f"WHERE id > ? AND channel IN ({marks}) ORDER BY id",
-                [self._last_id, *self.channels],
-            ).fetchall()
-            if rows:
-                self._last_id = rows[-1][0]
-                return [(row[1], row[2]) for row in rows]
-            if not self.wait(max(deadline - time.monotonic(), 0.0)):
-                return []
-
-    def close(self) -> None:
-        self._conn.close()

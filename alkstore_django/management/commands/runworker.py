@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import atexit
 import gc
-import logging
 import os
 import signal
-import sys
 import threading
 from typing import Any
 
@@ -18,7 +16,7 @@ from alkstore_django.conf import app_settings
 from alkstore_django.errors import AlkstoreError
 from alkstore_django.handlers import outbox_queue_name, registry
 from alkstore_django.management.arguments import positive_int, seconds
-from alkstore_django.management.service import start_service
+from alkstore_django.management.service import exit_now, start_service
 from alkstore_django.worker import Worker
 from alkstore_django.worker.instruments import Instruments
 from alkstore_django.worker.pools import POOLS
@@ -180,10 +178,7 @@ class Command(BaseCommand):
             # A handler outlived its time limit or the grace period and its attempt
             # is recorded: end it with the process, before anyone runs it again. A
             # stuck thread asks the supervisor for a fresh process (non-zero exit).
-            logging.shutdown()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(EXIT_TIMED_OUT if worker.timed_out else 0)
+            exit_now(EXIT_TIMED_OUT if worker.timed_out else 0)
 
     @staticmethod
     def _instruments(port: int | None) -> Instruments:
