@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Any
 
@@ -9,6 +10,7 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
+from django.urls import URLPattern, URLResolver, get_resolver
 
 from .conf import QUEUE_LIMIT_NAMES, SETTING_KEYS, app_settings, load_codec
 from .errors import AlkstoreError
@@ -21,6 +23,8 @@ def register() -> None:
     checks.register(check_handlers, checks.Tags.compatibility)
     checks.register(check_environment, checks.Tags.compatibility)
     checks.register(check_database_server, checks.Tags.database)
+    checks.register(check_schedule_handlers, checks.Tags.compatibility)
+    checks.register(check_metrics_view, checks.Tags.urls)
 
 
 def _error(msg: str, hint: str, id_: str) -> checks.Error:
@@ -324,3 +328,68 @@ def check_environment(app_configs: Any = None, **kwargs: Any) -> list[checks.Che
             )
         )
     return errors
+
+
+def check_schedule_handlers(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Warn of a declared schedule whose queue has no handler: its jobs would wait forever."""
+    schedules = getattr(settings, "ALKSTORE", None)
+    schedules = schedules.get("SCHEDULES") if isinstance(schedules, dict) else None
+    if not isinstance(schedules, dict):
+        return []  # a bad ALKSTORE or SCHEDULES is E001 or E007
+    handled = set(registry.queues())
+    return [
+        checks.Warning(
+            f"ALKSTORE['SCHEDULES'][{name!r}] targets queue {declaration['queue']!r}, "
+            "which has no handler: its jobs are enqueued and never run.",
+            hint="Add a @handler for the queue in a jobs.py, or correct the schedule's queue.",
+            obj="settings.ALKSTORE",
+            id="alkstore.W004",
+        )
+        for name, declaration in schedules.items()
+        if isinstance(declaration, dict)
+        and isinstance(declaration.get("queue"), str)
+        and declaration["queue"] not in handled
+    ]
+
+
+METRICS_VIEW = "alkstore_django.metrics.metrics_view"
+
+
+def _routes_metrics_view(patterns: Any) -> str | None:
+    """Return the route of the first URL pattern in ``patterns`` served by ``metrics_view``."""
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            found = _routes_metrics_view(pattern.url_patterns)
+            if found is not None:
+                return f"{pattern.pattern}{found}"
+        elif isinstance(pattern, URLPattern):
+            callback = pattern.callback
+            path = f"{getattr(callback, '__module__', '')}.{getattr(callback, '__qualname__', '')}"
+            if path == METRICS_VIEW:
+                return str(pattern.pattern)
+    return None
+
+
+def check_metrics_view(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Warn when the URLconf routes to ``metrics_view`` and prometheus-client is missing."""
+    try:
+        importlib.import_module("prometheus_client")
+    except ImportError:
+        pass
+    else:
+        return []
+    try:
+        route = _routes_metrics_view(get_resolver().url_patterns)
+    except (ImportError, ImproperlyConfigured):
+        return []  # a URLconf that cannot load is Django's own check error
+    if route is None:
+        return []
+    return [
+        checks.Warning(
+            f"The URLconf routes {route!r} to {METRICS_VIEW}, but prometheus_client cannot "
+            "be imported: every scrape fails with a server error.",
+            hint="pip install 'alkstore-django[metrics]' (or prometheus-client).",
+            obj=METRICS_VIEW,
+            id="alkstore.W005",
+        )
+    ]

@@ -16,6 +16,8 @@ import traceback
 MAX_ERROR_CHARS = 65_536
 # The log line repeats only the start of the error: the stored text has the rest.
 MAX_LOGGED_ERROR_CHARS = 1_000
+# The width of ``Attempt.exception_class``: a longer class path is shortened to it.
+MAX_CLASS_PATH_CHARS = 500
 # Of a capped text, this share is kept from its end (a traceback's end says most).
 _TAIL_SHARE = 3 / 4
 
@@ -86,9 +88,18 @@ def error_text(value: object) -> str:
 
 
 def class_path(exc: BaseException) -> str:
-    """Return the import path of ``exc``'s class, as Django's Tasks errors name it."""
+    """Return the import path of ``exc``'s class, as Django's Tasks errors name it.
+
+    Cleaned, and at most ``MAX_CLASS_PATH_CHARS``: a longer path (a class
+    made at run time can have any name) keeps its start and its end around
+    an ellipsis, so recording the attempt cannot fail on its width.
+    """
     kind = type(exc)
-    return f"{kind.__module__}.{kind.__qualname__}"
+    path = clean_text(f"{kind.__module__}.{kind.__qualname__}")
+    if len(path) <= MAX_CLASS_PATH_CHARS:
+        return path
+    head = MAX_CLASS_PATH_CHARS // 4
+    return path[:head] + "…" + path[len(path) - (MAX_CLASS_PATH_CHARS - head - 1) :]
 
 
 def format_traceback(exc: BaseException) -> str:

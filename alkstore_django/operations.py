@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.db import transaction
 
 from .conf import app_settings
-from .errors import InvalidArgument
+from .errors import AlkstoreError, InvalidArgument
 from .history import recent_timeouts
 from .presence import live_workers
-from .records import Job, QueueStats, Schedule
+from .records import Job, QueueLimitState, QueueStats, Schedule
 from .specs import parse_spec
 from .timing import UNIT_SECONDS
-from .validation import validate_duration, validate_int, validate_name
+from .validation import validate_duration, validate_int, validate_name, validate_queue_limits
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet
@@ -141,7 +141,16 @@ def _move(
     progress: Progress | None,
     done: int,
 ) -> int:
+    from .models import TaskResult, TaskStatus
+
+    # A requeued job runs without its key: its window must not hold it either.
+    sql.release_dead_windows(ids)
     moved = sql.move_dead_to_live(cursor, ids)
+    # A Django Tasks job's result reads READY again, as get_result says of the
+    # live job; its errors stay (the runner numbers this run's after them).
+    TaskResult.objects.using(sql.using).filter(id__in=ids, status=TaskStatus.FAILED).update(
+        status=TaskStatus.READY, finished_at=None, return_value=None
+    )
     woken.update(moved)
     count = sum(moved.values())
     if progress is not None:
@@ -415,5 +424,49 @@ def queue_overview(*, using: str | None = None) -> list[QueueStats]:
                 timed_out=timed_out.get(name, 0),
                 paused=name in paused,
             )
+        )
+    return result
+
+
+def queue_limit_states(*, using: str | None = None) -> dict[str, QueueLimitState]:
+    """Return queue -> its ``max_running`` and ``rate`` and its rate window, for limited queues.
+
+    Queues whose ``QUEUES`` entry has neither limit are left out, and so is a
+    bad entry (the system check ``alkstore.E011``/``E012`` names it). A window
+    whose period has passed counts as closed, as the next claim sees it.
+    """
+    from .models import QueueControl
+
+    limited = {}
+    for name, opts in app_settings.queues.items():
+        try:
+            limits = validate_queue_limits(opts if isinstance(opts, dict) else {})
+        except AlkstoreError:
+            continue
+        if limits is not None:
+            limited[name] = (limits, opts.get("rate"))
+    if not limited:
+        return {}
+    now = _dialect(using).database_now()
+    rows = (
+        QueueControl.objects.using(_alias(using))
+        .filter(queue__in=limited, window_at__isnull=False)
+        .values_list("queue", "window_at", "window_starts")
+    )
+    windows = {queue: (window_at, starts) for queue, window_at, starts in rows}
+    result = {}
+    for name, (limits, rate) in sorted(limited.items()):
+        window_at, starts = windows.get(name, (None, 0))
+        ends_at = None
+        if window_at is not None and limits.rate_period_s is not None:
+            ends_at = window_at + timedelta(seconds=limits.rate_period_s)
+        open_window = ends_at is not None and now < ends_at
+        result[name] = QueueLimitState(
+            queue=name,
+            max_running=limits.max_running,
+            rate=rate,
+            rate_starts=limits.rate_starts,
+            window_starts=starts if open_window else 0,
+            window_ends_at=ends_at if open_window else None,
         )
     return result

@@ -107,6 +107,28 @@ class QueueStats:
 
 
 @dataclass(frozen=True)
+class QueueLimitState:
+    """A limited queue's settings and its rate window now (``QUEUES[name]``, database clock).
+
+    ``rate`` is the setting as written (``'100/m'``); ``window_starts`` the
+    claims its open window has made and ``window_ends_at`` when that window
+    closes, None when no window is open (the next one opens at the next start).
+    """
+
+    queue: str
+    max_running: int | None = None
+    rate: str | None = None
+    rate_starts: int | None = None
+    window_starts: int = 0
+    window_ends_at: datetime | None = None
+
+    @property
+    def rate_exhausted(self) -> bool:
+        """True when the open window has made all its starts: claims wait for ``window_ends_at``."""
+        return self.rate_starts is not None and self.window_starts >= self.rate_starts
+
+
+@dataclass(frozen=True)
 class Notification:
     """One message received by ``Store.listen``."""
 

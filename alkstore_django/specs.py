@@ -54,12 +54,19 @@ SIX_FIELDS = ("second", *FIVE_FIELDS)
 _FIELD_RE = re.compile(r"[0-9A-Za-z*?,/#-]+")
 # croniter quotes the whole probe expression first; the field is named instead.
 _PROBE_RE = re.compile(r"^\[[^\]]*\] ")
+# The width of ``Schedule.spec``: a longer spec, valid or not, cannot be stored.
+MAX_SPEC_CHARS = 255
 # A cron that matches nothing in this many years never fires (say "0 0 30 2 *").
 MAX_YEARS_BETWEEN = 28
 SPEC_GRAMMAR = (
     "expected '@every <n><unit>' (n a positive integer, unit s, m, h or d), or "
     "'@cron <5 or 6 fields>' or '@cron @hourly|@daily|@weekly|@monthly|@yearly'"
 )
+# The look-back windows of ``CronSpec.latest_at_or_before``, widest last: a
+# second, a minute, an hour, a day, a month, a year, a leap cycle, the longest gap.
+_DAY_S = 86_400
+_LOOK_BACKS_S = (1, 60, 3600, _DAY_S, 32 * _DAY_S, 367 * _DAY_S, 1462 * _DAY_S,
+                 (MAX_YEARS_BETWEEN * 366 + 1) * _DAY_S)  # fmt: skip
 # A tick fires at most this many boundaries of one schedule; older ones past
 # them are skipped, never fired later.
 MAX_FIRES_PER_TICK = 64
@@ -163,12 +170,15 @@ class CronSpec:
         raise AssertionError("unreachable: the cron iterator is endless")  # pragma: no cover
 
     def latest_at_or_before(self, instant: datetime) -> datetime | None:
-        """Return the last boundary at or before ``instant``, None if none in a year.
+        """Return the last boundary at or before ``instant``, None if none in 28 years.
 
         Widens a look-back window until it holds a boundary, then walks it
-        forwards, so a one-second cron is as cheap as a yearly one.
+        forwards, so a one-second cron is as cheap as a yearly one. The window
+        reaches as far as a cron may go between matches (``MAX_YEARS_BETWEEN``:
+        a 29th of February is up to 8 years back), so ``latest`` fires what
+        ``all`` would.
         """
-        for back in (1, 60, 3600, 86_400, 32 * 86_400, 367 * 86_400):
+        for back in _LOOK_BACKS_S:
             found = None
             at = self.next_after(instant - timedelta(seconds=back))
             while at <= instant:
@@ -278,10 +288,13 @@ def parse_spec(spec: object, zone: object = "UTC") -> Spec:
 
     Raises ``InvalidSpec`` for anything else (a bare cron string, ``@daily``
     outside ``@cron``, zero, a bad cron field, named with its position),
-    before any database access.
+    before any database access. A spec longer than ``MAX_SPEC_CHARS`` (the
+    width of ``Schedule.spec``) is refused too, however valid its fields.
     """
     if not isinstance(spec, str):
         raise _refuse(spec, SPEC_GRAMMAR)
+    if len(spec) > MAX_SPEC_CHARS:
+        raise _refuse(spec, f"it is {len(spec)} characters long; expected at most {MAX_SPEC_CHARS}")
     if spec.startswith("@every"):
         return _parse_every(spec)
     if not spec.startswith(CRON_PREFIX):

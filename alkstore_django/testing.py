@@ -105,10 +105,14 @@ def run_ready_tasks(
     ``backend`` narrows the run to one ``TASKS`` alias (every
     ``AlkstoreBackend`` by default) and ``queues`` to some queues (the
     backends' ``QUEUES`` by default). Results, signals and retries are as
-    ``runworker`` makes them. Requires Django 6.
+    ``runworker`` makes them. Requires Django 6. A backend configured after
+    start-up (``override_settings(TASKS=...)``, as Django's own Tasks tests
+    do) gets its queues' runner here: ``AppConfig.ready()`` saw only the
+    backends of the start-up settings.
     """
-    from .tasks.backend import alkstore_backends
+    from .tasks.backend import alkstore_backends, register_task_runners
 
+    register_task_runners()
     if queues is None:
         queues = sorted(
             {

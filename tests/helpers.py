@@ -22,6 +22,7 @@ Markers themselves (``chaos``) are registered once, in pyproject.toml.
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import threading
@@ -415,3 +416,16 @@ def post_action(client, url: str, action: str, ids: list, **extra):
     """POST the changelist action ``action`` on the rows ``ids`` at ``url``; return the response."""
     data = {"action": action, "_selected_action": [str(i) for i in ids], "index": "0", **extra}
     return client.post(url, data)
+
+
+def process_alive(pid: int) -> bool:
+    """Return whether process ``pid`` still runs (a zombie, exited but not reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True

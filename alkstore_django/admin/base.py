@@ -8,6 +8,7 @@ gets the same behaviour by extending ``AlkstoreModelAdmin``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -17,12 +18,14 @@ from django.contrib.auth import get_permission_codename
 from django.core.exceptions import FieldDoesNotExist
 from django.db.models import DateTimeField, Model, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from ..conf import app_settings
 from ..display import format_timestamp
 from ..validation import parse_id
 
+_BREAK_AFTER = re.compile(r"(?<=[.:/_-])")
 # A bold red word beside a value (``format_html(WARNING_MARK, css_class, word)``).
 WARNING_MARK = '<strong class="{}" style="color: #ba2121">{}</strong>'
 
@@ -35,6 +38,16 @@ def has_perm(request: HttpRequest, opts: Any, action: str) -> bool:
 def pre(value: str) -> str:
     """Return ``value`` escaped in a wrapping ``<pre>``: payloads and errors are shown as text."""
     return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', value)
+
+
+def breakable(text: str) -> str:
+    """Return ``text`` escaped, with a line-break opportunity after each ``. : / _ -``.
+
+    Worker ids, queue names and zones are long unbroken words: without these
+    a list column is as wide as its longest one.
+    """
+    parts = [part for part in _BREAK_AFTER.split(text) if part]
+    return format_html_join(mark_safe("<wbr>"), "{}", ((part,) for part in parts))
 
 
 def seconds_column(model: type[Model], name: str) -> Callable[[Model], str]:
@@ -75,6 +88,28 @@ class AlkstoreModelAdmin(admin.ModelAdmin):
             else:
                 columns.append(item)
         return columns
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        """On a read-only detail page, show every datetime field to the second.
+
+        Django renders a read-only datetime with ``DATETIME_FORMAT``, which
+        stops at the minute. An editable form (a schedule for who may change
+        it) keeps Django's own fields.
+        """
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or self.has_change_permission(request, obj):
+            return fieldsets
+        return [
+            (title, {**options, "fields": [self._to_the_second(f) for f in options["fields"]]})
+            for title, options in fieldsets
+        ]
+
+    def _to_the_second(self, field: Any) -> Any:
+        if isinstance(field, list | tuple):
+            return type(field)(self._to_the_second(f) for f in field)
+        if isinstance(field, str) and self._is_datetime_field(field):
+            return seconds_column(self.model, field)
+        return field
 
     def _is_datetime_field(self, name: str) -> bool:
         try:

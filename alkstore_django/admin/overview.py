@@ -13,7 +13,7 @@ from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 
 from .. import operations
 from ..conf import app_settings
@@ -22,28 +22,15 @@ from ..models import DeadJob, Job, QueueOverview
 from ..throughput import recent_throughput
 from .base import AlkstoreModelAdmin
 from .base import has_perm as _has_perm
-from .queue_controls import can_pause_queues
+from .queue_controls import can_pause_queues, overview_url, refresh_seconds
 
 CHART_MINUTES = 60
 REFRESH_CHOICES_S = (5, 15, 60)
-MAX_REFRESH_S = 3600
 
 
 def can_view_overview(request: HttpRequest) -> bool:
     """The overview shows live and dead counts: either view permission is enough."""
     return _has_perm(request, DeadJob._meta, "view") or _has_perm(request, Job._meta, "view")
-
-
-def refresh_seconds(raw: str | None) -> int | None:
-    """Return the overview's ``?refresh=`` seconds (None: off); raise ValueError naming bad ones."""
-    if raw is None or raw == "":
-        return None
-    if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_REFRESH_S):
-        raise ValueError(
-            f"Invalid refresh {raw!r}: expected whole seconds from 1 to {MAX_REFRESH_S}, "
-            "or no refresh parameter for none."
-        )
-    return int(raw)
 
 
 class OverviewViews(AlkstoreModelAdmin):
@@ -67,7 +54,8 @@ class OverviewViews(AlkstoreModelAdmin):
             return HttpResponseBadRequest(str(exc), content_type="text/plain; charset=utf-8")
         using = app_settings.database
         stats = operations.queue_overview(using=using)
-        rows = [(s, format_age(s.oldest_pending_age_s)) for s in stats]
+        limits = operations.queue_limit_states(using=using)
+        rows = [(s, format_age(s.oldest_pending_age_s), limits.get(s.queue)) for s in stats]
         context = {
             **self.admin_site.each_context(request),
             "title": "Queue overview",
@@ -108,4 +96,4 @@ class QueueOverviewAdmin(admin.ModelAdmin):
     def to_overview(self, request: HttpRequest) -> HttpResponse:
         if not can_view_overview(request):
             raise PermissionDenied
-        return HttpResponseRedirect(reverse("admin:alkstore_django_overview"))
+        return HttpResponseRedirect(overview_url(request.GET.get("refresh")))

@@ -28,6 +28,29 @@ from .base import AlkstoreModelAdmin
 from .base import has_perm as _has_perm
 
 CONTROL_ACTIONS = {"pause": True, "resume": False}
+MAX_REFRESH_S = 3600
+
+
+def refresh_seconds(raw: str | None) -> int | None:
+    """Return the overview's ``?refresh=`` seconds (None: off); raise ValueError naming bad ones."""
+    if raw is None or raw == "":
+        return None
+    if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_REFRESH_S):
+        raise ValueError(
+            f"Invalid refresh {raw!r}: expected whole seconds from 1 to {MAX_REFRESH_S}, "
+            "or no refresh parameter for none."
+        )
+    return int(raw)
+
+
+def overview_url(refresh: str | None) -> str:
+    """Return the overview's address, keeping a valid ``?refresh=`` (an invalid one is dropped)."""
+    url = reverse("admin:alkstore_django_overview")
+    try:
+        refresh_s = refresh_seconds(refresh)
+    except ValueError:
+        return url
+    return url if refresh_s is None else f"{url}?refresh={refresh_s}"
 
 
 def can_pause_queues(request: HttpRequest) -> bool:
@@ -60,7 +83,8 @@ class QueueControlViews(AlkstoreModelAdmin):
             changed = operations.set_queue_paused(queue, CONTROL_ACTIONS[action], using=using)
         except AlkstoreError as exc:
             return HttpResponseBadRequest(str(exc), content_type="text/plain; charset=utf-8")
-        overview = reverse("admin:alkstore_django_overview")
+        # The button keeps the page's auto-refresh (a hidden field of its form).
+        overview = overview_url(request.POST.get("refresh"))
         if not changed:
             state = "paused" if CONTROL_ACTIONS[action] else "running"
             self.message_user(request, f"Queue {queue!r} was already {state}.", messages.WARNING)

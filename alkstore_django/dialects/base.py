@@ -376,6 +376,19 @@ class Dialect(ABC):
         now, now_params = self.now_sql()
         return self.to_datetime(self._fetchall(f"SELECT {now}", now_params)[0][0])  # type: ignore[return-value]
 
+    def _release_dead_windows(self, where: str, params: Sequence[Any]) -> None:
+        """Delete the ``unique_for_s`` windows of the dead letters ``d`` matching ``where``.
+
+        Run before those dead letters leave (deleted, purged, requeued): a dead
+        job's window holds nothing, but with its dead letter gone nothing would
+        tell it from a succeeded job's, and it would hold its key again.
+        """
+        self._rowcount(
+            f"DELETE FROM {WINDOW_TABLE} WHERE EXISTS (SELECT 1 FROM {DEAD_TABLE} d "
+            f"WHERE d.id = {WINDOW_TABLE}.job_id AND {where})",
+            params,
+        )
+
     def _rowcount(self, sql: str, params: Sequence[Any]) -> int:
         with self.connection.cursor() as cursor:
             cursor.execute(sql, list(params))

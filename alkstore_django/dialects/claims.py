@@ -117,9 +117,15 @@ class ClaimStatements(Dialect):
         return self.bury(EXHAUSTED_LAPSED, [], "max attempts exceeded")
 
     def purge_dead(self, queue: str, older_than_s: float) -> int:
-        """Delete the queue's dead letters that died ``older_than_s`` ago or earlier."""
+        """Delete the queue's dead letters that died ``older_than_s`` ago or earlier.
+
+        Their ``unique_for_s`` windows go first (see ``_release_dead_windows``).
+        """
         now, now_params = self.now_sql()
         cutoff = self.plus_sql(now, "%s")
+        self._release_dead_windows(
+            f"d.queue = %s AND d.died_at <= {cutoff}", [queue, *now_params, -older_than_s]
+        )
         sql = f"DELETE FROM {DEAD_TABLE} WHERE queue = %s AND died_at <= {cutoff}"
         return self._rowcount(sql, [queue, *now_params, -older_than_s])
 

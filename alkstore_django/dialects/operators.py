@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from .base import DEAD_TABLE, JOB_TABLE, OUTCOME_TABLE, Dialect
+from .base import DEAD_TABLE, JOB_TABLE, OUTCOME_TABLE, WINDOW_TABLE, Dialect
 
 
 class OperatorStatements(Dialect):
@@ -62,16 +62,31 @@ class OperatorStatements(Dialect):
         )
         return [row[0] for row in self._fetchall(sql, [])]
 
+    def release_dead_windows(self, ids: Sequence[int]) -> None:
+        """Delete the ``unique_for_s`` windows of the dead letters ``ids`` (before they leave)."""
+        # Led by the ids (a probe of the window's job index each), not by the windows.
+        match, params = self.ids_sql(ids)
+        self._rowcount(
+            f"DELETE FROM {WINDOW_TABLE} WHERE job_id IN (SELECT id FROM {DEAD_TABLE} "
+            f"WHERE {match})",
+            params,
+        )
+
     def delete_dead(self, ids: Sequence[int]) -> int:
-        """Delete the dead letters ``ids``; return the count."""
+        """Delete the dead letters ``ids`` and their windows; return the count."""
+        self.release_dead_windows(ids)
         match, params = self.ids_sql(ids)
         return self._rowcount(f"DELETE FROM {DEAD_TABLE} WHERE {match}", params)
 
     def purge_dead_batch(self, queue: str, cutoff: datetime, limit: int) -> int:
         """Delete up to ``limit`` of ``queue``'s dead letters that died at or before ``cutoff``.
 
-        Oldest first: the inner select walks the (queue, died_at) index.
+        Oldest first: the inner select walks the (queue, died_at) index. The
+        windows of every dead letter past ``cutoff`` go first (they hold nothing).
         """
+        self._release_dead_windows(
+            "d.queue = %s AND d.died_at <= %s", [queue, self.adapt_datetime(cutoff)]
+        )
         sql = (
             f"DELETE FROM {DEAD_TABLE} WHERE id IN (SELECT id FROM {DEAD_TABLE} WHERE queue = %s "
             "AND died_at <= %s ORDER BY died_at LIMIT %s)"

@@ -19,6 +19,8 @@ class UniqueJobs(Dialect):
 
     #: Appended to the read of a taken key's holder; see ``MysqlDialect``.
     holder_read_lock: ClassVar[str] = ""
+    #: Appended to the read of the keys' windows; see ``MysqlDialect``.
+    window_read_lock: ClassVar[str] = ""
 
     def enqueue_unique(
         self,
@@ -80,7 +82,8 @@ class UniqueJobs(Dialect):
         cursor.execute(
             f"SELECT w.unique_key, w.job_id FROM {WINDOW_TABLE} w WHERE w.queue = %s "
             f"AND w.unique_key IN ({marks(len(keys))}) AND w.held_until > {now} "
-            f"AND NOT EXISTS (SELECT 1 FROM {DEAD_TABLE} d WHERE d.id = w.job_id)",
+            f"AND NOT EXISTS (SELECT 1 FROM {DEAD_TABLE} d WHERE d.id = w.job_id)"
+            f"{self.window_read_lock}",
             [queue, *keys, *now_params],
         )
         return {key: job_id for key, job_id in cursor.fetchall()}

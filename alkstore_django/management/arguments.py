@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 
@@ -67,3 +68,28 @@ def database_alias(value: str) -> str:
 def add_ids_option(parser: argparse.ArgumentParser, help_text: str) -> None:
     """Add ``--id N [N …]`` (repeatable) to ``parser``, collected in ``options["ids"]``."""
     parser.add_argument("--id", dest="ids", type=int, nargs="+", action="extend", help=help_text)
+
+
+# Django's own options, which BaseCommand adds to the command's parser only:
+# argparse refuses them after a subcommand (``alkstore stats -v 0``) unless
+# the subcommand's parser knows them too.
+COMMON_OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
+    (("-v", "--verbosity"), {"type": int, "choices": [0, 1, 2, 3]}),
+    (("--settings",), {}),
+    (("--pythonpath",), {}),
+    (("--traceback",), {"action": "store_true"}),
+    (("--no-color",), {"action": "store_true"}),
+    (("--force-color",), {"action": "store_true"}),
+    (("--skip-checks",), {"action": "store_true"}),
+)
+
+
+def accept_common_options(parser: argparse.ArgumentParser) -> None:
+    """Let ``parser`` (a subcommand's) take Django's common options after the subcommand too.
+
+    Their defaults are suppressed, so an option given before the subcommand
+    keeps its value; ``--settings`` and ``--pythonpath`` are applied by
+    ``manage.py`` wherever they stand, this only stops argparse refusing them.
+    """
+    for flags, kwargs in COMMON_OPTIONS:
+        parser.add_argument(*flags, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)

@@ -134,6 +134,23 @@ def require_migrated(using: str) -> None:
         )
 
 
+def refuse_atomic_block(using: str, command: str, instead: str) -> None:
+    """Raise ``CommandError`` naming ``instead`` when ``using`` is inside an atomic block.
+
+    A test's transaction (``TestCase``, ``django_db`` without
+    ``transaction=True``) is such a block: the command's threads and children
+    use connections of their own, which cannot see its uncommitted rows and,
+    on SQLite, wait on its write lock until "database table is locked".
+    Refused at once instead, with the in-process helper that works there.
+    """
+    if connections[using].in_atomic_block:
+        raise CommandError(
+            f"{command} cannot run inside an atomic block on database {using!r} (a test's "
+            f"transaction): its threads use other connections, which cannot see this "
+            f"transaction's rows. In a test, call {instead} instead."
+        )
+
+
 def exit_now(code: int) -> None:
     """End the process at once with ``code``, after flushing the logs and both streams.
 

@@ -85,11 +85,18 @@ class TaskResultAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
     @admin.display(description="errors (one per failed attempt)")
     def errors_pretty(self, obj: TaskResult) -> str:
         text = "\n".join(
-            f"attempt {e.get('attempt', '?')}: {e.get('exception_class_path')}\n"
+            f"{_attempt_label(e.get('attempt'))}: {e.get('exception_class_path')}\n"
             f"{e.get('traceback', '')}"
             for e in obj.errors or []
         )
         return pre(text)
+
+
+def _attempt_label(attempt: Any) -> str:
+    """Name an error's attempt; 0 and below are a requeued dead letter's earlier run."""
+    if isinstance(attempt, int) and attempt <= 0:
+        return "before the requeue"
+    return f"attempt {attempt if attempt is not None else '?'}"
 
 
 def _pre(value: Any) -> str:

@@ -113,15 +113,21 @@ class TaskRunner:
                 pass
             row = rows.select_for_update().get(id=job.id)
             changes: dict[str, Any]
-            if attempt == 1 or row.status in {TaskStatus.SUCCESSFUL, TaskStatus.FAILED}:
-                # A first attempt (or a requeued dead letter) starts a fresh record.
+            if row.status == TaskStatus.SUCCESSFUL or (attempt == 1 and not row.errors):
+                # A first attempt starts a fresh record.
                 changes = dict(fresh)
             else:
                 changes = {"status": TaskStatus.RUNNING, "last_attempted_at": claimed_at}
-                changes["errors"] = row.errors + missing_errors(
-                    row.errors, attempt - 1, row.worker_ids, "its claim lapsed"
+                changes["finished_at"] = None
+                earlier, worker_ids = list(row.errors), list(row.worker_ids)
+                if attempt == 1:
+                    # A requeued dead letter counts its attempts from 1 again: its
+                    # earlier runs' errors are kept, numbered 0 and below, before this run's.
+                    earlier, worker_ids = _renumbered_before_this_run(earlier), []
+                changes["errors"] = earlier + missing_errors(
+                    earlier, attempt - 1, worker_ids, "its claim lapsed"
                 )
-                changes["worker_ids"] = list(row.worker_ids)
+                changes["worker_ids"] = worker_ids
             ids: list[str] = changes["worker_ids"]
             ids += ["unknown"] * (attempt - len(ids))
             ids[attempt - 1] = job.worker_id or "unknown"
@@ -148,6 +154,10 @@ class TaskRunner:
         else:
             entry = lost_error(job.attempts, job.worker_id or "unknown", outcome.error or "failed")
         status = TaskStatus.FAILED if exhausted else TaskStatus.READY
+        if exhausted and outcome.exc is None and outcome.traceback:
+            # The attempt ran in a child process: its exception did not cross, so
+            # Django's task_finished line cannot carry it (the executor left it to that line).
+            logger.error("task failed id=%s queue=%s\n%s", job.id, job.queue, outcome.traceback)
         self._settle(job, using, status, error=entry, exc=outcome.exc)
 
     def _settle(
@@ -206,6 +216,13 @@ class TaskRunner:
                 return
             self._last_prune[key] = time.monotonic()
         prune_results(backend, using=using)
+
+
+def _renumbered_before_this_run(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return ``errors`` shifted so the last earlier attempt is 0 (order kept, no clash)."""
+    last = max((int(e.get("attempt", 0)) for e in errors), default=0)
+    shift = max(last, 0)
+    return [{**e, "attempt": int(e.get("attempt", 0)) - shift} for e in errors]
 
 
 def _backend(call: TaskCall, job: Job) -> Any:

@@ -53,6 +53,8 @@ FDS_ENV = "ALKSTORE_CHILD_FDS"
 START_TIMEOUT_S = 120.0
 KILL_GRACE_S = 2.0
 ORPHAN_CHECK_S = 0.2
+# Without a pidfd, how often a worker waiting for a child's answer checks it is alive.
+EXIT_CHECK_S = 0.2
 _FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 _DATETIME_FIELDS = frozenset(f.name for f in dataclasses.fields(Job) if "datetime" in str(f.type))
 
@@ -138,6 +140,9 @@ class Child:
         finally:
             os.close(to_child_r)
             os.close(from_child_w)
+        # The child's exit, watched beside the pipe: a process it forked may hold
+        # the pipe open long after the child itself is gone.
+        self._exit_fd = _open_pidfd(self.process.pid)
         self._buffer = b""
         ready = self._receive(START_TIMEOUT_S)
         if ready is None or not ready.get("ready"):
@@ -182,13 +187,21 @@ class Child:
         )
 
     def _receive(self, timeout_s: float | None) -> dict[str, Any] | None:
-        """Return the next message, or None on timeout or end of file."""
+        """Return the next message, or None on timeout, end of file or the child's exit."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        watched = [self._from_child] if self._exit_fd is None else [self._from_child, self._exit_fd]
         while b"\n" not in self._buffer:
             wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            readable, _, _ = select.select([self._from_child], [], [], wait)
-            if not readable:
-                return None
+            if self._exit_fd is None:
+                # Without a pidfd the exit is polled for.
+                wait = EXIT_CHECK_S if wait is None else min(wait, EXIT_CHECK_S)
+            readable, _, _ = select.select(watched, [], [], wait)
+            if self._from_child not in readable:
+                if readable or self.process.poll() is not None:
+                    return None  # the child is gone, whoever holds its pipe
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
+                continue
             chunk = os.read(self._from_child, 65_536)
             if not chunk:
                 return None
@@ -197,12 +210,9 @@ class Child:
         return json.loads(line)
 
     def stop(self) -> None:
-        """Let the child finish: it exits when its pipe closes."""
+        """Let the child finish: it exits when its pipe closes, or is SIGKILLed after the grace."""
         self._close_pipes()
-        try:
-            self.process.wait(KILL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        self.end_by(time.monotonic() + KILL_GRACE_S)
 
     def terminate(self) -> None:
         """Ask the child to stop now; safe from another thread (``run`` then sees it die)."""
@@ -210,31 +220,52 @@ class Child:
             self.process.terminate()
 
     def kill(self) -> None:
-        """SIGTERM the child, then SIGKILL it after ``KILL_GRACE_S``."""
+        """SIGTERM the child, then SIGKILL it (and its process group) after ``KILL_GRACE_S``."""
         with contextlib.suppress(ProcessLookupError):
             self.process.terminate()
+        self.end_by(time.monotonic() + KILL_GRACE_S)
+        self._close_pipes()
+
+    def end_by(self, deadline: float) -> None:
+        """Wait for the child until ``deadline``, then SIGKILL it; end its process group.
+
+        Safe from another thread than the one in ``run`` (it closes no pipe).
+        Whatever the handler started in the child's session (a
+        ``multiprocessing`` helper, a daemon) ends with it.
+        """
         try:
-            self.process.wait(KILL_GRACE_S)
+            self.process.wait(max(deadline - time.monotonic(), 0.0))
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 self.process.kill()
             self.process.wait()
-        self._close_pipes()
+        # The child leads its own group (its session): its id stays the group's while
+        # any member lives, so this reaches only what the child started.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
 
     def _reap(self) -> int | None:
         try:
-            return self.process.wait(KILL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            self.kill()
+            self.end_by(time.monotonic() + KILL_GRACE_S)
             return self.process.returncode
         finally:
             self._close_pipes()
 
     def _close_pipes(self) -> None:
-        for fd in (self._to_child, self._from_child):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        for fd in (self._to_child, self._from_child, self._exit_fd):
+            if fd is not None and fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self._to_child = self._from_child = -1
+        self._exit_fd = None
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """Return a descriptor readable once process ``pid`` exits (Linux 5.3+), else None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 # --- the child's side ----------------------------------------------------------------

@@ -6,8 +6,8 @@ are written within ``ACK_LINGER_S``. Every other outcome — a failure, a
 snooze, a result written by a hook, a release of a job never started — goes
 through ``executor.settle``, one transaction each, so a job whose outcome
 cannot be recorded harms no other. The same path records the attempts the
-worker decides itself: a run past its time limit in the thread pool, and a
-run the shutdown's grace period did not see end.
+worker decides itself: a run stopped at its time limit in the thread pool,
+and a run the shutdown's grace period did not see end.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from django.db import DatabaseError
 from ..error_text import timed_out
 from ..executor import ACK, Outcome, OutcomeKind, Settled, finished, has_hooks, settle
 from .holdings import Done, Held, Holdings
+from .pools import TimeLimitExceeded
+from .slots import TIMED_OUT
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -40,6 +42,9 @@ INTERRUPTED = (
 )
 # Bound once: read per acked job.
 ACKED, LOST = Settled.ACKED, Settled.LOST
+# How long a thread asked to stop at its time limit has to stop before it is
+# judged unstoppable (the raised time-out lands at its next bytecode).
+STOP_WAIT_S = 1.0
 
 
 def fences(acks: list[Done]) -> list[tuple[int, int]]:
@@ -94,6 +99,8 @@ class Completer:
                 if not self.acks:
                     self._acks_since = time.monotonic()
                 self.acks.append(done)
+            elif held.stop_sent_at is not None:
+                self.apply(held, stopped(held, done.outcome))
             else:
                 self.apply(held, done.outcome)
             unsettled.popleft()
@@ -150,29 +157,67 @@ class Completer:
 
     # --- attempts the worker decides ---------------------------------------------------
 
-    def fail_overdue_runs(self, grace_s: float) -> bool:
-        """Thread pool: fail each run past its time limit; True when there was one.
+    def stop_overdue_runs(self) -> bool:
+        """Thread pool: stop each run past its time limit; True once one did not stop.
 
-        Python cannot stop the thread, so the attempt is recorded (retried
-        with backoff, or dead-lettered), its claim is no longer renewed, and
-        the worker stops claiming and exits after its grace period for its
-        supervisor to restart it, as gunicorn does with a stuck worker.
+        The time-out is raised inside the handler's thread (``ThreadLane.stop``);
+        the attempt is recorded when the thread hands the run back, so the job
+        is due again only once its run has ended. A run that has not stopped
+        within ``STOP_WAIT_S`` keeps its claim, renewed, so that nobody runs
+        its job until this worker has exited: the worker stops claiming and
+        exits (75) after its grace period, and its sentinel then records the
+        attempt as timed out (the slot says so). A superseded claim's run is
+        stopped too, at once: its job's new claim must not run beside it.
         """
-        overdue = self.holdings.past_time_limit(time.monotonic())
+        now = time.monotonic()
+        overdue = self.holdings.past_time_limit(now)
+        if not overdue:
+            return False
+        # Runs handed back, waiting to be written, have ended.
+        ended = {id(d.held) for d in (*self.acks, *self._unsettled)}
+        stuck = False
         for held in overdue:
-            limit = held.handle.job.timeout_s
-            assert limit is not None
-            self.apply(held, Outcome(OutcomeKind.RETRY, error=timed_out(limit)), reuse_slot=False)
-            logger.error(
-                "handler timed out id=%s queue=%s after %gs: a thread cannot be stopped, so "
-                "this worker stops claiming and exits after its grace period (%gs); use "
-                "--pool processes for hard limits",
-                held.handle.job.id,
-                held.handle.job.queue,
-                limit,
-                grace_s,
-            )
-        return bool(overdue)
+            if id(held) in ended or held.stuck:
+                continue
+            if held.stop_sent_at is None:
+                held.stop_sent_at = now
+                self._send_stop(held)
+            elif not held.superseded and now - held.stop_sent_at >= STOP_WAIT_S:
+                held.stuck = stuck = True
+                self.holdings.slots.mark(held.slot, TIMED_OUT)
+                logger.error(
+                    "handler timed out id=%s queue=%s after %gs and its thread did not stop: "
+                    "the job stays claimed until this worker exits, which it does after its "
+                    "grace period; use --pool processes for hard limits",
+                    held.handle.job.id,
+                    held.handle.job.queue,
+                    held.handle.job.timeout_s,
+                )
+        return stuck
+
+    def stop_superseded_runs(self) -> None:
+        """Process pool: end each run of a claim this worker has since taken again."""
+        now = time.monotonic()
+        for held in self.holdings.past_time_limit(now):
+            if held.superseded and held.stop_sent_at is None:
+                held.stop_sent_at = now
+                self._send_stop(held)
+
+    def _send_stop(self, held: Held) -> None:
+        job = held.handle.job
+        if held.superseded:
+            reason = "its claim lapsed and this worker claimed the job again"
+        else:
+            reason = f"it passed its time limit ({job.timeout_s:g} s)"
+        logger.warning(
+            "stopping handler id=%s queue=%s attempts=%s: %s",
+            job.id,
+            job.queue,
+            job.attempts,
+            reason,
+        )
+        if held.lane is not None:
+            held.lane.stop(held.slot)
 
     def release(self, held: Held) -> None:
         """Give back a job that never started, its attempt with it (at shutdown)."""
@@ -189,8 +234,25 @@ class Completer:
         why it ran again. Finished jobs whose outcome could not be written are
         left to lapse (their handles' outcomes are unknown to the database).
         """
-        ended = {d.held.handle.job.id for d in [*self.acks, *self._unsettled]}
+        ended = {id(d.held) for d in [*self.acks, *self._unsettled]}
         interrupted = Outcome(OutcomeKind.RETRY, error=INTERRUPTED.format(grace_s=grace_s))
         for held in self.holdings:
-            if held.handle.job.id not in ended:
+            # A thread that did not stop at its time limit: its sentinel records
+            # the attempt once this process has gone. A superseded claim is void.
+            if id(held) not in ended and not held.stuck and not held.superseded:
                 self.apply(held, interrupted)
+
+
+def stopped(held: Held, outcome: Outcome) -> Outcome:
+    """Return the outcome of a run asked to stop: timed out if the raised time-out ended it."""
+    limit = held.handle.job.timeout_s
+    if held.superseded or limit is None or not isinstance(outcome.exc, TimeLimitExceeded):
+        return outcome
+    return Outcome(
+        OutcomeKind.RETRY,
+        error=timed_out(limit),
+        exc=outcome.exc,
+        exc_class=outcome.exc_class,
+        traceback=outcome.traceback,
+        duration_ms=outcome.duration_ms,
+    )

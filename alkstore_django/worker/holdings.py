@@ -1,7 +1,13 @@
-"""The jobs a worker holds under claim: by id, their slots, and when each claim is renewed.
+"""The jobs a worker holds under claim: by claim, their slots, and when each claim is renewed.
 
 The worker's main thread alone reads and changes this; handler threads only
 receive a ``Held`` to run and hand back a ``Done``.
+
+A claim is a job id and a generation. A worker stalled past its claims (a
+SIGSTOP, a long pause, a database outage) can claim its own lapsed jobs
+again: the new claim then supersedes the one still held. The superseded
+claim keeps its slot until its thread hands it back, is never started if it
+has not been, and every outcome of it is refused without a statement.
 """
 
 from __future__ import annotations
@@ -33,6 +39,13 @@ class Held:
     slot: int
     # When its handler started (monotonic); None while it waits for a slot.
     started_at: float | None = None
+    # The lane running it (set by its handler thread), to stop it at its time limit.
+    lane: Any = None
+    # This worker claimed the job again after this claim lapsed.
+    superseded: bool = False
+    # When its thread was asked to stop at its time limit; True once it did not.
+    stop_sent_at: float | None = None
+    stuck: bool = False
 
 
 @dataclass
@@ -48,16 +61,18 @@ class Holdings:
 
     def __init__(self, capacity: int) -> None:
         self.slots = ClaimSlots(capacity)
+        # The current claim of each job by id; superseded claims by (id, generation).
         self._held: dict[int, Held] = {}
+        self._superseded: dict[tuple[int, int], Held] = {}
         # When the soonest claim needs renewing (monotonic).
         self.next_beat = float("inf")
 
     def __len__(self) -> int:
-        return len(self._held)
+        return len(self._held) + len(self._superseded)
 
     def __iter__(self) -> Iterator[Held]:
         """Iterate over a snapshot: the caller may forget jobs meanwhile."""
-        return iter(list(self._held.values()))
+        return iter([*self._held.values(), *self._superseded.values()])
 
     def add(self, handle: JobHandle, handler: Any, now: float) -> Held:
         """Hold a newly claimed job; its claim is renewed a third of its timeout from ``now``."""
@@ -66,8 +81,28 @@ class Holdings:
         slot = self.slots.take(job.id, job.generation)
         held = Held(handle=handle, handler=handler, next_heartbeat_at=beat_at, slot=slot)
         self.next_beat = min(self.next_beat, beat_at)
-        self._held[job.id] = held
+        earlier = self._held.setdefault(job.id, held)
+        if earlier is not held:
+            self._supersede(earlier, held)
         return held
+
+    def _supersede(self, earlier: Held, held: Held) -> None:
+        """Hold ``held``, a new claim of a job whose ``earlier`` claim lapsed in this worker."""
+        job = earlier.handle.job
+        earlier.superseded = True
+        # Its outcomes are refused without a statement; its thread skips it if not started.
+        earlier.handle.mark_spent()
+        self._superseded[(job.id, job.generation)] = earlier
+        self._held[job.id] = held
+        logger.warning(
+            "claim lost id=%s queue=%s attempts=%s: it lapsed and this worker claimed it "
+            "again (attempts=%s); the lapsed claim is %s",
+            job.id,
+            job.queue,
+            job.attempts,
+            held.handle.job.attempts,
+            "not run" if earlier.started_at is None else "refused when its run ends",
+        )
 
     def forget(self, held: Held, *, reuse_slot: bool = True) -> None:
         """Drop a held job whose outcome is durable (or whose claim is gone).
@@ -75,7 +110,13 @@ class Holdings:
         The slot of a run abandoned in a stuck thread is not reused: that
         thread may still mark it when (if) its handler returns.
         """
-        if self._held.pop(held.handle.job.id, None) is not None and reuse_slot:
+        job = held.handle.job
+        if held.superseded:
+            if self._superseded.pop((job.id, job.generation), None) is None:
+                return
+        elif self._held.pop(job.id, None) is None:
+            return
+        if reuse_slot:
             self.slots.free(held.slot)
 
     def renew_due(self) -> None:
@@ -102,11 +143,20 @@ class Holdings:
             self.next_beat = min(self.next_beat, held.next_heartbeat_at)
 
     def past_time_limit(self, now: float) -> list[Held]:
-        """Return the running jobs whose run has passed its ``timeout_s``."""
+        """Return the started jobs whose run has passed its ``timeout_s``, or whose claim lapsed.
+
+        A superseded claim that started is included at once: its run must
+        not go on beside the job's new claim.
+        """
         return [
             held
             for held in self
-            if held.handle.job.timeout_s is not None
-            and held.started_at is not None
-            and now - held.started_at >= held.handle.job.timeout_s
+            if held.started_at is not None
+            and (
+                held.superseded
+                or (
+                    held.handle.job.timeout_s is not None
+                    and now - held.started_at >= held.handle.job.timeout_s
+                )
+            )
         ]

@@ -43,6 +43,7 @@ from .controls import Controls
 from .holdings import Done, Held, Holdings
 from .instruments import Instruments
 from .pools import POOLS, PoolBroken, ThreadLane, make_lane
+from .slots import Pulse
 from .tally import Tally, WorkerStats
 from .upkeep import Upkeep
 
@@ -79,10 +80,11 @@ class Worker:
     ``processes`` (one child process per concurrency slot, replaced after
     ``max_jobs_per_child`` jobs or past ``max_memory_per_child_mb``; see
     ``pools.py``). A run past its job's ``timeout_s`` fails that attempt with
-    ``timed out after N s``: the process pool kills the child; a thread cannot
-    be killed, so the thread pool records the attempt, stops claiming and
-    returns after ``grace_s`` with ``timed_out`` set, for its supervisor to
-    restart the process.
+    ``timed out after N s``: the process pool kills the child; the thread
+    pool raises the time-out inside the handler's thread and records the
+    attempt once the thread has stopped. A thread that does not stop keeps
+    its job claimed: the worker stops claiming and returns after ``grace_s``
+    with ``timed_out`` set, for its supervisor to restart the process.
     """
 
     def __init__(
@@ -129,6 +131,8 @@ class Worker:
         # The roles a claimed job passes through, and the loop's periodic chores.
         self.tally = Tally(self.store.using, instruments)
         self.holdings = Holdings(self.capacity)
+        # The loop's rounds, which the sentinel watches (its watchdog).
+        self.pulse = Pulse()
         self.controls = Controls(self.queue_names, self.poll_interval_s)
         self.completer = Completer(
             self.worker_id, self.store, self.holdings, self.tally, self.controls, self._refill_at
@@ -198,11 +202,17 @@ class Worker:
         try:
             while not stop.is_set():
                 self._wake.clear()
+                self.pulse.beat()
                 try:
                     timeout = self._round()
                 except DatabaseError as exc:
                     self._database_error(exc)
                     continue
+                except Exception as exc:
+                    # A bug, not an outage: reported, and what is held is settled on the way out.
+                    logger.error("worker loop failed, stopping", exc_info=exc)
+                    self.broken = f"failed: {describe(exc)}"
+                    break
                 if timeout is None:
                     break
                 if timeout:
@@ -217,9 +227,12 @@ class Worker:
         self.completer.settle()
         if self.broken:
             return None
-        if self.pool == "threads" and time.monotonic() >= self._next_limit_check:
+        if time.monotonic() >= self._next_limit_check:
             self._next_limit_check = time.monotonic() + LIMIT_CHECK_S
-            if self.completer.fail_overdue_runs(self.grace_s):
+            # A child keeps its own time limit: the process pool stops superseded runs only.
+            if self.pool != "threads":
+                self.completer.stop_superseded_runs()
+            elif self.completer.stop_overdue_runs():
                 self.timed_out = True
                 return None
         if time.monotonic() >= self.holdings.next_beat:
@@ -321,11 +334,13 @@ class Worker:
                 lane.close()
                 tidy_connections(connections.close_all)
                 return
-            if held.handle.job.queue in controls.paused:
-                # Not started: the claim's attempt goes back with the job.
+            if held.superseded or held.handle.job.queue in controls.paused:
+                # Not started: the claim's attempt goes back with the job (a
+                # superseded claim's release is refused without a statement).
                 done.put(Done(held, Outcome(OutcomeKind.RELEASE)))
                 wake.set()
                 continue
+            held.lane = lane
             held.started_at = time.monotonic()
             try:
                 outcome = lane.run(held.handle.job, held.handler, held.slot)
@@ -337,7 +352,8 @@ class Worker:
                 # Lanes never raise; this is the last line, so a handler thread
                 # can never die and strand its job under a live claim.
                 error = f"the handler could not be run: {describe(exc)}"
-                outcome = Outcome(OutcomeKind.RETRY, error=error)
+                outcome = Outcome(OutcomeKind.RETRY, error=error, exc=exc)
+                outcome.duration_ms = (time.monotonic() - held.started_at) * 1000
             done.put(Done(held, outcome))
             # Wake the main thread when it has a batch to settle and claim, or
             # when this thread is about to go idle; not once per job.
@@ -422,6 +438,7 @@ class Worker:
                 self._database_error(exc)
             self._wake.wait(min(0.1, max(deadline - time.monotonic(), 0.0)))
             self._wake.clear()
+            self.pulse.beat()
 
     def _settle_last(self) -> None:
         """Write the last outcomes, interrupt what still runs, leave the live-worker list."""
@@ -430,6 +447,10 @@ class Worker:
             self.completer.flush_acks(force=True)
             for lane in self._lanes:
                 lane.interrupt()  # a child still running a job is stopped first
+            # SIGKILLed if SIGTERM did not end it: gone before its attempt is recorded.
+            killed_by = time.monotonic() + KILL_GRACE_S
+            for lane in self._lanes:
+                lane.end(killed_by)
             self.completer.interrupt_running(self.grace_s)
         except DatabaseError:
             logger.warning(

@@ -11,8 +11,10 @@ slot (``slots.py``) so that the worker's sentinel knows what was running.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
+import time
 from typing import Any
 
 from ..error_text import describe
@@ -30,26 +32,82 @@ class PoolBroken(Exception):
     """A lane cannot run jobs at all (its child process does not start)."""
 
 
+class TimeLimitExceeded(BaseException):
+    """The handler ran past its job's time limit: raised inside its thread to stop it.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is, so that a handler's
+    ``except Exception`` does not swallow it.
+    """
+
+
+def _raise_in(thread_id: int, exc: type[BaseException] | None) -> int:
+    """Raise ``exc`` in thread ``thread_id`` at its next bytecode (None: cancel); return 0 or 1."""
+    target, raised = ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None
+    return int(ctypes.pythonapi.PyThreadState_SetAsyncExc(target, raised))
+
+
 class ThreadLane:
-    """Run handlers in the calling thread. A run cannot be stopped: Python cannot kill a thread."""
+    """Run handlers in the calling thread; a run past its limit is stopped by a raised time-out.
+
+    Python cannot kill a thread, but it can raise an exception in one
+    (``stop``), as Dramatiq's time limit does. It lands at the handler's next
+    bytecode: a handler blocked inside C (a long ``time.sleep``, a socket
+    read without a timeout) or one that swallows it does not stop.
+    """
 
     def __init__(self, slots: ClaimSlots) -> None:
         self.slots = slots
+        # The slot whose handler this lane's thread is inside (-1: none), and
+        # whether the loop is stopping one: the two halves of the handshake
+        # that keeps a raised time-out from landing outside the handler. Plain
+        # stores on the hot path; the lock is taken only once a stop was asked.
+        self.inside = -1
+        self.stopping = False
+        self._thread_id = 0
+        self._lock = threading.Lock()
 
     def start(self) -> None:
-        """Nothing to start: the thread is the lane."""
+        """Nothing to start: the thread is the lane (called in that thread)."""
+        self._thread_id = threading.get_ident()
 
     def run(self, job: Job, func: Any, slot: int) -> Outcome:
         """Run ``job``'s handler; return its outcome (never raises but ``PoolBroken``)."""
         self.slots.mark(slot, RUNNING)
+        self.inside = slot
         outcome = run_job(func, job)
+        self.inside = -1
+        if self.stopping:
+            self._stopped()
         if outcome.kind == ACK and not has_hooks(func):
             # Should the process die before the ack commits, its sentinel acks it.
             self.slots.mark(slot, RETURNED)
         return outcome
 
+    def stop(self, slot: int) -> bool:
+        """Raise ``TimeLimitExceeded`` in the handler of ``slot``; False if it is not inside it.
+
+        Called from the worker's main thread. ``stopping`` is written before
+        ``inside`` is read, and ``inside`` after the handler before
+        ``stopping`` is read: either this sees the handler gone, or the
+        handler's thread sees the stop and cancels a time-out raised too late
+        to land inside it (``_stopped``, under the same lock).
+        """
+        self.stopping = True
+        with self._lock:
+            if self.inside != slot or not self._thread_id:
+                return False
+            return _raise_in(self._thread_id, TimeLimitExceeded) == 1
+
+    def _stopped(self) -> None:
+        with self._lock:
+            self.stopping = False
+            _raise_in(self._thread_id, None)
+
     def interrupt(self) -> None:
         """Nothing can end a running thread; the process's exit will."""
+
+    def end(self, deadline: float) -> None:
+        """Return once what ``interrupt`` stopped has ended (nothing to wait for here)."""
 
     def close(self) -> None:
         """Nothing to release."""
@@ -71,7 +129,10 @@ class ProcessLane(ThreadLane):
         self.max_jobs = max_jobs
         self.max_memory_mb = max_memory_mb
         self._child: Child | None = None
+        self._interrupted: Child | None = None
         self._busy = threading.Event()
+        # The claim slot whose job the child is running (None between jobs).
+        self._running: int | None = None
 
     def start(self) -> None:
         """Start the child now, so the first job does not wait for Django to boot."""
@@ -90,9 +151,11 @@ class ProcessLane(ThreadLane):
         assert child is not None
         self.slots.mark(slot, RUNNING)
         self._busy.set()
+        self._running = slot
         try:
             outcome = child.run(job, job.timeout_s)
         finally:
+            self._running = None
             self._busy.clear()
         if child.process.poll() is not None:
             # Killed for its time limit, or dead: the next job gets a new child.
@@ -123,11 +186,35 @@ class ProcessLane(ThreadLane):
             child.stop()
             self._child = None
 
+    def stop(self, slot: int) -> bool:
+        """End the child running ``slot`` at once; False if it is not running that slot.
+
+        Only a superseded claim's run is stopped this way (the child keeps its
+        own time limit): its outcome is void, and its job's new claim must not
+        run beside it. ``run`` sees the child die; the next job gets a new one.
+        """
+        child = self._child
+        if child is None or self._running != slot:
+            return False
+        child.end_by(time.monotonic())
+        return True
+
     def interrupt(self) -> None:
         """Kill the child if it is running a job (from another thread, at shutdown)."""
         child = self._child
         if child is not None and self._busy.is_set():
-            child.terminate()  # run() sees it die, and SIGKILLs it after the grace
+            self._interrupted = child
+            child.terminate()  # run() sees it die and records how
+
+    def end(self, deadline: float) -> None:
+        """SIGKILL the interrupted child and its group if SIGTERM has not ended it by ``deadline``.
+
+        Its job's attempt is recorded next: a child that ignores SIGTERM must
+        not run beside that job's next attempt.
+        """
+        if self._interrupted is not None:
+            self._interrupted.end_by(deadline)
+            self._interrupted = None
 
     def close(self) -> None:
         """Let the child finish and exit."""

@@ -19,6 +19,12 @@ Every operation is fenced by the claim generation, so a job the worker did
 settle before dying, or one already re-claimed, is left alone. If the
 sentinel dies too (the whole process group SIGKILLed at once, the host lost),
 the claims simply lapse and are recovered as before, each spending an attempt.
+
+It is also the worker's watchdog: a worker whose loop has stopped moving
+(``Pulse``) while it holds jobs, past a third of their shortest visibility
+timeout, is SIGKILLed and settled the same way (a handler holding the GIL
+stops every thread of it). Once the worker stops on its own, ``runworker``
+tells the sentinel (``finish_sentinel``) and exits only after it has.
 """
 
 from __future__ import annotations
@@ -31,13 +37,15 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from .. import presence
+from ..error_text import timed_out
 from ..executor import Outcome, OutcomeKind, Settled, settle
-from ..models import Job
+from ..models import Job, JobState
 from ..queues import JobHandle
-from .slots import CLAIMED, RETURNED
+from .holdings import HEARTBEAT_FRACTION
+from .slots import CLAIMED, RETURNED, TIMED_OUT
 
 if TYPE_CHECKING:
     from .loop import Worker
@@ -45,7 +53,18 @@ if TYPE_CHECKING:
 logger = logging.getLogger("alkstore_django.worker")
 
 DIED = "the worker process {worker_id!r} died while running this job (killed, crashed or exited)"
+STALLED = (
+    "the worker process {worker_id!r} made no progress for {stalled_s:.1f} s while running "
+    "this job (a handler holding the GIL?) and its sentinel killed it"
+)
 POLL_PARENT_S = 0.1
+# How often the sentinel looks at the worker's pulse.
+WATCH_S = 0.1
+# The least a loop may stand still before the watchdog judges it: a claim or
+# an upkeep chore may take that long on a busy database.
+STALL_FLOOR_S = 1.0
+# How long a stopping ``runworker`` waits for its sentinel to settle and exit.
+SENTINEL_EXIT_S = 30.0
 
 
 def start_sentinel(worker: Worker) -> int | None:
@@ -53,7 +72,8 @@ def start_sentinel(worker: Worker) -> int | None:
 
     Returns None where processes cannot be forked (the claims then lapse as
     they always did). Call it before ``worker.run()``: the fork must happen
-    before any thread or database connection exists.
+    before any thread or database connection exists. Once ``run()`` has
+    returned, ``finish_sentinel`` lets it settle and waits for it.
     """
     if not hasattr(os, "fork"):
         return None
@@ -71,8 +91,11 @@ def start_sentinel(worker: Worker) -> int | None:
     try:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)
-        _wait_for_exit(parent)
-        settle_held(worker)
+        stalled_s = _watch(worker, parent)
+        if stalled_s is None:
+            settle_held(worker)
+        else:
+            settle_held(worker, STALLED.format(worker_id=worker.worker_id, stalled_s=stalled_s))
         presence.leave(worker.store.using, worker.worker_id)
     except BaseException:
         logger.exception("sentinel of worker %s failed", worker.worker_id)
@@ -82,29 +105,144 @@ def start_sentinel(worker: Worker) -> int | None:
         os._exit(code)
 
 
-def _wait_for_exit(parent: int) -> None:
-    """Return once process ``parent`` has exited."""
+def finish_sentinel(worker: Worker, pid: int | None) -> None:
+    """Tell the sentinel ``pid`` that ``worker`` has stopped; return once it has exited.
+
+    The sentinel settles what the worker could not and leaves; a supervisor
+    that signals the process group once the command has exited must not catch
+    it mid-settle. Waits at most ``SENTINEL_EXIT_S``.
+    """
+    if pid is None:
+        return
+    worker.pulse.finish()
+    deadline = time.monotonic() + SENTINEL_EXIT_S
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                time.sleep(POLL_PARENT_S / 10)
+                continue
+        return
+    logger.warning("sentinel pid=%d still settling after %g s; exiting", pid, SENTINEL_EXIT_S)
+
+
+def _watch(worker: Worker, parent: int) -> float | None:
+    """Return once the worker process has exited or finished (None), or was killed as stuck.
+
+    A worker whose loop stops beating (``Pulse``) for longer than a third of
+    the shortest visibility timeout it holds (at least ``STALL_FLOOR_S``) is
+    SIGKILLed before its claims lapse: a handler holding the GIL stops its
+    heartbeats, its time limits and its SIGTERM handler. Returns how long it
+    stood still.
+    """
     pidfd = None
     with contextlib.suppress(AttributeError, OSError):
         pidfd = os.pidfd_open(parent)
-    if pidfd is not None and os.getppid() == parent:
+    watchdog = Watchdog(worker)
+    try:
+        while not _exited(parent, pidfd, WATCH_S):
+            rounds, finished = worker.pulse.read()
+            if finished:
+                return None
+            stalled_s = watchdog.stalled_s(rounds)
+            if stalled_s is not None:
+                logger.error(
+                    "worker %s made no progress for %.1f s while holding jobs (a handler "
+                    "holding the GIL?): its sentinel kills it and settles its jobs",
+                    worker.worker_id,
+                    stalled_s,
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(parent, signal.SIGKILL)
+                while not _exited(parent, pidfd, None):
+                    pass
+                return stalled_s
+        return None
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _exited(parent: int, pidfd: int | None, timeout_s: float | None) -> bool:
+    """Wait up to ``timeout_s`` (None: no limit) for ``parent`` to exit; True once it has."""
+    if pidfd is not None:
         poller = select.poll()
         poller.register(pidfd, select.POLLIN)
-        poller.poll()
-        os.close(pidfd)
-        return
-    # Without pidfd (or should the parent have gone already): the sentinel is
-    # re-parented once its parent exits.
+        return bool(poller.poll(None if timeout_s is None else timeout_s * 1000))
+    # Without pidfd: the sentinel is re-parented once its parent exits.
+    waited = 0.0
     while os.getppid() == parent:
+        if timeout_s is not None and waited >= timeout_s:
+            return False
         time.sleep(POLL_PARENT_S)
+        waited += POLL_PARENT_S
+    return True
 
 
-def settle_held(worker: Worker) -> dict[Settled, int]:
+class Watchdog:
+    """Judge, from the sentinel, whether the worker's loop has stopped moving.
+
+    Only while jobs are held: the shortest visibility timeout among the held
+    jobs the database still shows under this worker's claim sets the limit,
+    read once per set of held jobs (not per poll) and only once the loop has
+    stood still for ``STALL_FLOOR_S``.
+    """
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self._rounds = -1
+        self._since = time.monotonic()
+        self._held: list[tuple[int, int, int]] = []
+        self._limit_s: float | None = None
+
+    def stalled_s(self, rounds: int) -> float | None:
+        """Return how long the loop has stood still, once that is past the limit."""
+        now = time.monotonic()
+        if rounds != self._rounds:
+            self._rounds, self._since = rounds, now
+            return None
+        still_s = now - self._since
+        if still_s < STALL_FLOOR_S:
+            return None
+        held = self.worker.holdings.slots.held()
+        if held != self._held:
+            self._held, self._limit_s = held, self._limit_for(held)
+        if self._limit_s is None or still_s <= self._limit_s:
+            return None
+        return still_s
+
+    def _limit_for(self, held: list[tuple[int, int, int]]) -> float | None:
+        if not held:
+            return None
+        using = self.worker.store.using
+        fences = {job_id: generation for job_id, generation, _ in held}
+        try:
+            rows = Job.objects.using(using).filter(
+                id__in=fences, worker_id=self.worker.worker_id, state=JobState.PROCESSING
+            )
+            timeouts = [
+                vt
+                for job_id, generation, vt in rows.values_list(
+                    "id", "generation", "visibility_timeout_s"
+                )
+                if fences[job_id] == generation
+            ]
+        except DatabaseError:
+            logger.warning("sentinel cannot read the held jobs; judging later", exc_info=True)
+            timeouts = []
+        finally:
+            # The wait before the next read may outlast the server's idle timeout.
+            connections.close_all()
+        if not timeouts:
+            return None
+        return max(min(timeouts) * HEARTBEAT_FRACTION, STALL_FLOOR_S)
+
+
+def settle_held(worker: Worker, error: str | None = None) -> dict[Settled, int]:
     """Settle every job ``worker``'s slots still hold; return counts by what happened.
 
     Each goes through ``executor.settle``, as the worker's own outcomes do:
     released, acked without hooks (a slot is marked returned only for a
-    handler without any), or failed with ``DIED``.
+    handler without any), or failed with ``error`` (``DIED`` by default).
     """
     held = worker.holdings.slots.held()
     counts: dict[Settled, int] = {}
@@ -117,7 +255,7 @@ def settle_held(worker: Worker) -> dict[Settled, int]:
         )
     }
     queues = {q.name: q for q in worker.build_queues()}
-    died = Outcome(OutcomeKind.RETRY, error=DIED.format(worker_id=worker.worker_id))
+    died = Outcome(OutcomeKind.RETRY, error=error or DIED.format(worker_id=worker.worker_id))
     using = worker.store.using
     for job_id, generation, state in held:
         row = by_id.get(job_id)
@@ -129,6 +267,10 @@ def settle_held(worker: Worker) -> dict[Settled, int]:
             result = settle(handle, Outcome(OutcomeKind.RELEASE), None, using)
         elif state == RETURNED:
             result = settle(handle, Outcome(OutcomeKind.ACK), None, using)
+        elif state == TIMED_OUT and row.timeout_s is not None:
+            # A thread that did not stop at its limit: its run ended with the process.
+            limit = Outcome(OutcomeKind.RETRY, error=timed_out(row.timeout_s))
+            result = settle(handle, limit, worker.handlers.get(row.queue), using)
         else:
             result = settle(handle, died, worker.handlers.get(row.queue), using)
         counts[result] = counts.get(result, 0) + 1

@@ -15,6 +15,9 @@ import mmap
 import struct
 
 FREE, CLAIMED, RUNNING, RETURNED = 0, 1, 2, 3
+# Running past its time limit in a thread that did not stop: the sentinel
+# records the attempt as timed out.
+TIMED_OUT = 4
 # job id, claim generation, state; padded to 24 bytes.
 _SLOT = struct.Struct("=qqB7x")
 
@@ -39,7 +42,7 @@ class ClaimSlots:
         return index
 
     def mark(self, index: int, state: int) -> None:
-        """Move the slot's job to ``RUNNING`` or ``RETURNED``."""
+        """Move the slot's job to ``RUNNING``, ``RETURNED`` or ``TIMED_OUT``."""
         # The state byte sits right after the two 8-byte integers.
         self._map[index * _SLOT.size + 16] = state
 
@@ -56,3 +59,36 @@ class ClaimSlots:
             if state != FREE:
                 found.append((job_id, generation, state))
         return found
+
+
+# The loop's round count, then the worker's "finished" flag (byte 8).
+_ROUNDS = struct.Struct("=q")
+
+
+class Pulse:
+    """The worker loop's progress, in shared memory its sentinel watches (``sentinel.py``).
+
+    Created before the sentinel is forked. ``beat`` is called once per loop
+    round by the main thread (one memory store, not per job); a loop that
+    stops beating while jobs are held is stuck (a handler holding the GIL),
+    and the sentinel kills it. ``finish`` tells the sentinel that the worker
+    has stopped on its own: it settles what is left and exits without waiting
+    for the worker process to end.
+    """
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, 16)
+        self._rounds = 0
+
+    def beat(self) -> None:
+        """Record one more round of the loop."""
+        self._rounds += 1
+        _ROUNDS.pack_into(self._map, 0, self._rounds)
+
+    def finish(self) -> None:
+        """Record that the worker has stopped and settled what it could."""
+        self._map[8] = 1
+
+    def read(self) -> tuple[int, bool]:
+        """Return (rounds so far, finished)."""
+        return _ROUNDS.unpack_from(self._map, 0)[0], bool(self._map[8])

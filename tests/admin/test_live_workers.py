@@ -24,6 +24,7 @@ def test_live_workers__lists_workers_seen_within_the_ttl_only(admin_client):
 
     LiveWorker.objects.filter(worker_id="w-gone").update(last_seen_at=Now() - timedelta(hours=1))
     html = admin_client.get(reverse("admin:alkstore_django_liveworker_changelist")).content.decode()
+    html = html.replace("<wbr>", "")  # the long-word break opportunities
     assert "w-live" in html and "a, b" in html
     assert "w-gone" not in html
 

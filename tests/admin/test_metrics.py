@@ -106,3 +106,36 @@ def test_worker_port__counts_match_the_jobs_it_ran(subprocess_env):
     count = ("alkstore_worker_job_duration_seconds_count", (("queue", "t.record"),))
     assert got[count] == 12
     assert got[("alkstore_worker_claim_duration_seconds_count", (("queue", "t.record"),))] >= 1
+
+
+def _serves(host, port):
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("args", "served", "refused"),
+    [([], "127.0.0.1", "127.0.0.2"), (["--metrics-host", "127.0.0.2"], "127.0.0.2", "127.0.0.1")],
+    ids=["default-loopback-only", "metrics-host"],
+)
+def test_worker_port__listens_on_metrics_host_only(subprocess_env, args, served, refused):
+    # 127.0.0.2 is another loopback address: a server bound to every interface answers on it.
+    port = free_port()
+    cmd = [sys.executable, "-m", "django", "runworker", "--queue", "t.record"]
+    proc = subprocess.Popen(
+        [*cmd, "--metrics-port", str(port), *args],
+        env=subprocess_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert wait_for(lambda: _serves(served, port), timeout=30)
+        assert not _serves(refused, port)  # before the fix: 0.0.0.0, so it answered
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -63,7 +63,8 @@ def test_requeue_dead__needs_ids_or_queue():
 
 def test_requeue_dead__is_one_statement_per_batch_not_per_row(django_assert_max_num_queries):
     dead = DeadJobFactory.create_batch(50, queue="n.q")
-    with django_assert_max_num_queries(8):
+    # MariaDB's requeue takes 8; the release of their unique windows is one more per batch.
+    with django_assert_max_num_queries(9):
         assert operations.requeue_dead([d.id for d in dead]) == 50
 
 

@@ -26,7 +26,7 @@ def test_overview__renders_counts_per_queue(admin_client):
     DeadJobFactory.create_batch(2, queue="ov.q")
     response = admin_client.get(reverse("admin:alkstore_django_overview"))
     assert response.status_code == 200
-    rows = {s.queue: s for s, _ in response.context["rows"]}
+    rows = {s.queue: s for s, *_ in response.context["rows"]}
     stats = rows["ov.q"]
     assert (stats.pending, stats.scheduled, stats.processing, stats.overdue, stats.dead) == (
         2, 1, 1, 1, 2,

@@ -23,7 +23,7 @@ def test_overview__shows_a_paused_queue_plainly_with_a_resume_button(admin_clien
     store.queue("ov.p").pause()
     store.queue("ov.r").enqueue(1)
     response = admin_client.get(reverse("admin:alkstore_django_overview"))
-    rows = {s.queue: s for s, _ in response.context["rows"]}
+    rows = {s.queue: s for s, *_ in response.context["rows"]}
     assert (rows["ov.p"].paused, rows["ov.r"].paused) == (True, False)
     html = response.content.decode()
     paused_row = html[html.index('data-queue="ov.p"') :].split("</tr>")[0]

@@ -241,11 +241,12 @@ def drive(
     )
     try:
         page.goto(f"{base}/admin/alkstore_django/liveworker/")
-        listed = page.locator(f'#result_list td.field-pid:text-is("{worker.pid}")')
+        # The default worker id is host:pid:random.
+        listed = page.locator("#result_list .field-worker", has_text=f":{worker.pid}:")
         for _ in range(60):
             page.reload()
-            acked = page.locator("#result_list td.field-acked")
-            if listed.count() and acked.first.inner_text() == "1":
+            jobs = page.locator("#result_list td.field-jobs")
+            if listed.count() and jobs.first.inner_text().startswith("1 acked"):
                 break
             page.wait_for_timeout(250)
         else:

@@ -7,7 +7,10 @@ the same way whichever database it talks to.
 
 from __future__ import annotations
 
+import os
 import random
+import re
+import signal
 import time
 
 import pytest
@@ -15,7 +18,7 @@ import pytest
 from alkstore_django import store
 from alkstore_django.models import DeadJob, Job
 from tests.chaos.harness import account, drained, settle
-from tests.helpers import VENDOR, wait_for
+from tests.helpers import VENDOR, process_alive, wait_for
 from tests.testapp.models import ChaosRun
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
@@ -152,6 +155,58 @@ def test_stale_worker__paused_past_its_lease_changes_nothing_when_resumed(
     assert figures.double_run == 0
 
 
+def signal_sentinel(worker, signum: int) -> None:
+    """Send ``signum`` to the sentinel ``worker`` logged at start-up."""
+    match = re.search(r"sentinel started pid=(\d+)", worker.log())
+    assert match, worker.log()
+    os.kill(int(match.group(1)), signum)
+
+
+@pytest.mark.timeout(150)
+def test_stalled_worker__sigstopped_past_all_its_claims_takes_them_back_and_lives(
+    fleet, report, chaos_long
+):
+    """Scenario 6b: a busy worker (and its sentinel) SIGSTOPped past every claim it holds.
+
+    Resumed, it claims its own lapsed jobs again while it still holds them:
+    each new claim supersedes the held one, which is never run (or is refused
+    if it was running). Nothing is lost, no (job, attempt) runs twice, and
+    the worker lives on to drain the queue. The sentinel is stopped with it,
+    as a host or container pause would: its watchdog must not judge a pause
+    it did not see.
+    """
+    started = time.monotonic()
+    vt_s = 2
+    count = 400 if chaos_long else 150
+    queue = store.queue("chaos.work", visibility_timeout_s=vt_s, max_attempts=50, retry_base_s=0)
+    # Slow enough that claims come while the lapsed prefetched jobs still wait.
+    ids = queue.enqueue_many([{"work_ms": 150}] * count)
+    # Deep prefetch: most held claims wait for a thread, and lapse unstarted.
+    worker = fleet.start_worker("stall-w", ["chaos.work"], concurrency=2, batch=32)
+    assert wait_for(worker.ready, timeout=60), fleet.tail()
+    pauses = 10 if chaos_long else 5
+    for _ in range(pauses):
+        time.sleep(0.5)
+        assert worker.alive(), fleet.tail()
+        fleet.pause(worker)
+        signal_sentinel(worker, signal.SIGSTOP)
+        time.sleep(vt_s + 1.0)
+        fleet.resume(worker)
+        time.sleep(0.2)  # the loop beats again before its watchdog looks
+        signal_sentinel(worker, signal.SIGCONT)
+    assert wait_for(drained(["chaos.work"]), timeout=90), fleet.tail()
+    assert worker.alive(), fleet.tail()
+    assert "Traceback" not in worker.log(), fleet.tail()
+    assert "claim lost id=" in worker.log()  # the stalls did outlast the claims
+    codes = fleet.stop_all()
+    assert codes == {worker.name: 0}, codes
+    figures = account("6b stalled worker", VENDOR, ids, fleet)
+    figures.notes = {"pauses_past_claims": pauses}
+    settle(figures, fleet, started, report)
+    assert figures.acked == count
+    assert figures.same_attempt_twice == 0
+
+
 @pytest.mark.timeout(150)
 def test_poison_job__dead_lettered_after_exactly_max_attempts_while_others_carry_on(
     fleet, report, chaos_long
@@ -233,3 +288,39 @@ def test_poison_job__its_prefetched_neighbours_never_pay_for_its_crashes(fleet, 
     figures = account("7b poison's neighbours", VENDOR, [killer, *innocent], fleet)
     settle(figures, fleet, started, report)
     assert (figures.acked, figures.dead) == (3, 1)
+
+
+@pytest.mark.timeout(150)
+def test_forking_child_killed__its_job_is_retried_and_the_process_pool_worker_lives(
+    fleet, report, tmp_path, chaos_long
+):
+    """A process-pool child forks a helper (holding its pipes), then is SIGKILLed.
+
+    The OOM killer's shape under ``multiprocessing``: the worker must see the
+    child die although its result pipe stays open, retry only that attempt,
+    end the helper with the child's process group, and keep working.
+    """
+    started = time.monotonic()
+    count, forks = (1_000, 20) if chaos_long else (200, 5)
+    queue = store.queue("chaos.fork", visibility_timeout_s=30, max_attempts=5, retry_base_s=0)
+    ids = queue.enqueue_many([{"work_ms": 2}] * count)
+    forking = queue.enqueue_many([{"pid_dir": str(tmp_path)}] * forks)
+    worker_id = "fork-w.g1"
+    argv = ["-m", "django", "runworker", "--settings", "tests.settings", "--worker-id", worker_id]
+    argv += ["--queue", "chaos.fork", "--pool", "processes", "--concurrency", "2"]
+    worker = fleet.start(worker_id, argv)
+    assert wait_for(drained(["chaos.fork"]), timeout=100), fleet.tail()
+    assert worker.alive(), fleet.tail()
+    helpers = [int(path.read_text()) for path in tmp_path.iterdir() if path.name.isdigit()]
+    assert len(helpers) == forks
+    assert not [pid for pid in helpers if process_alive(pid)]
+    codes = fleet.stop_all()
+    assert set(codes.values()) == {0}, codes
+    for job_id in forking:
+        runs = ChaosRun.objects.filter(job_id=job_id).values_list("attempt", flat=True)
+        assert sorted(runs) == [1, 2]
+    figures = account("child forks, then killed", VENDOR, [*ids, *forking], fleet)
+    figures.notes = {"children_killed": forks}
+    settle(figures, fleet, started, report)
+    assert figures.acked == count + forks
+    assert figures.rerun_after_retry == forks

@@ -8,7 +8,9 @@ shared, so the two pools are pinned side by side.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,8 +19,8 @@ import time
 import pytest
 
 from alkstore_django import store
-from alkstore_django.models import DeadJob, Job
-from tests.helpers import assert_acked_once, runworker, wait_for
+from alkstore_django.models import DeadJob
+from tests.helpers import assert_acked_once, process_alive, runworker, wait_for
 from tests.testapp.models import Run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
@@ -158,24 +160,97 @@ def test_processes__a_handler_past_its_time_limit_is_killed_retried_then_dead_le
     assert (dead.died_at - dead.enqueued_at).total_seconds() < 2 * (1 + 2 + 2)
 
 
-def test_threads__a_handler_past_its_time_limit_is_recorded_and_the_worker_restarts(
+def test_threads__a_handler_past_its_time_limit_is_stopped_retried_then_dead_lettered(
     subprocess_env,
 ):
-    """A thread cannot be killed: the worker records the attempt and exits 75 to be restarted."""
+    """The time-out is raised in the handler's thread: the worker goes on, no restart needed."""
     q = store.queue("p.work", max_attempts=2, retry_base_s=0)
     looping = q.enqueue({"loop": True}, timeout_s=1)
     innocent = q.enqueue_many([{"sleep_s": 0.1}] * 6)
-    codes, outs = [], []
-    for _ in range(4):  # as a supervisor restarts it
-        code, out = runworker(
-            subprocess_env, "--queue", "p.work", "--concurrency", "2", "--grace-s", "1", "--burst"
-        )
-        codes.append(code)
-        outs.append(out)
-        if DeadJob.objects.filter(id=looping).exists() and not Job.objects.exists():
-            break
-    assert codes[:2] == [75, 75], outs
-    assert "a thread cannot be stopped" in outs[0]
+    code, out = runworker(subprocess_env, "--queue", "p.work", "--concurrency", "2", "--burst")
+    assert code == 0, out
     dead = DeadJob.objects.get(id=looping)
     assert (dead.attempts, dead.last_error) == (2, "timed out after 1 s")
+    assert Run.objects.filter(job_id=looping).count() == 2
     assert_acked_once(innocent)
+    durations = re.findall(rf"job id={looping} .*duration_ms=([\d.]+)", out)
+    assert len(durations) == 2 and all(float(d) >= 1000 for d in durations), out
+
+
+def test_threads__a_handler_that_does_not_stop_makes_the_worker_exit_75_and_its_sentinel_records_it(
+    subprocess_env,
+):
+    """A handler inside C (``time.sleep``) cannot take the raised time-out: its job stays held."""
+    q = store.queue("p.work", max_attempts=2, retry_base_s=0)
+    stuck = q.enqueue({"sleep_s": 60}, timeout_s=1)
+    started = time.monotonic()
+    code, out = runworker(subprocess_env, "--queue", "p.work", "--grace-s", "1", "--burst")
+    assert code == 75, out
+    assert "its thread did not stop" in out
+    assert time.monotonic() - started < 30
+    # The sentinel records the attempt once the process has gone.
+    assert wait_for(lambda: store.get_job(stuck).state == "pending", timeout=10), out
+    job = store.get_job(stuck)
+    assert (job.attempts, job.last_error) == (1, "timed out after 1 s")
+    assert Run.objects.filter(job_id=stuck).count() == 1
+
+
+def _end_all(proc, *pid_files):
+    """Kill what a failing test left running: the worker's group and the handlers' processes."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if proc.returncode is None:
+        proc.communicate(timeout=10)
+    for pid_file in pid_files:
+        if pid_file.exists() and process_alive(pid := int(pid_file.read_text())):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_processes__a_child_killed_beside_a_helper_it_forked_fails_its_attempt_and_ends_it(
+    subprocess_env, tmp_path
+):
+    """The helper holds the result pipe open: the worker must watch the child's exit itself."""
+    helper_file = tmp_path / "helper.pid"
+    job_id = store.queue("h.fork-then-die", max_attempts=1).enqueue({"pid_file": str(helper_file)})
+    innocent = store.queue("p.work").enqueue_many([{}] * 3)
+    proc = runworker(
+        subprocess_env, "--queue", "h.fork-then-die", "--queue", "p.work", "--pool", "processes",
+        "--concurrency", "1", "--burst", wait=False, new_session=True,
+    )  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        _end_all(proc, helper_file)
+    assert proc.returncode == 0, out
+    dead = DeadJob.objects.get(id=job_id)
+    assert dead.last_error == "the child process was killed by SIGKILL while running this job"
+    assert_acked_once(innocent)
+    # The helper went with the child's process group.
+    assert not process_alive(int(helper_file.read_text()))
+
+
+def test_processes__sigterm_kills_a_child_that_ignores_it_before_its_attempt_is_recorded(
+    subprocess_env, tmp_path
+):
+    child_file = tmp_path / "child.pid"
+    job_id = store.queue("h.deaf", retry_base_s=0).enqueue({"pid_file": str(child_file)})
+    proc = runworker(
+        subprocess_env, "--queue", "h.deaf", "--pool", "processes", "--grace-s", "0.5",
+        wait=False, new_session=True,
+    )  # fmt: skip
+    try:
+        assert wait_for(child_file.exists, timeout=60)
+        assert wait_for(lambda: child_file.read_text(), timeout=5)
+        child = int(child_file.read_text())
+        proc.send_signal(signal.SIGTERM)
+        # Due again the moment its attempt is recorded (no backoff): by then the child is gone.
+        assert wait_for(lambda: store.get_job(job_id).state == "pending", timeout=20, interval=0.01)
+        assert not process_alive(child)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        _end_all(proc, child_file)
+    assert proc.returncode == 0, out
+    job = store.get_job(job_id)
+    assert (job.state, job.attempts) == ("pending", 1)
+    assert job.last_error.startswith("interrupted: the worker shut down")
+    assert Run.objects.filter(job_id=job_id).count() == 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -189,3 +191,39 @@ def test_autoreload__a_code_change_restarts_the_worker_which_lets_its_jobs_go_fi
     assert out.count("worker started") == 2, out
     assert out.count("worker stopped") == 2, out
     assert not Job.objects.exists()
+
+
+# Run as its own process: a child subreaper inherits the sentinel should it outlive the command.
+OUTLIVED_BY_SENTINEL = """
+import ctypes, os, signal, subprocess, sys
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+sentinel = None
+for line in proc.stdout:
+    if "sentinel started pid=" in line:
+        sentinel = int(line.split("sentinel started pid=")[1].split()[0])
+    if "worker started" in line:
+        break
+proc.send_signal(signal.SIGTERM)
+code = proc.wait(30)
+try:
+    os.waitpid(sentinel, 0)  # re-parented to this process: it outlived the command
+    outlived = True
+except ChildProcessError:
+    outlived = False
+print(code, outlived)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_CHILD_SUBREAPER")
+def test_sigterm__the_command_exits_only_after_its_sentinel_has(subprocess_env):
+    """A supervisor that signals the group once the command has exited finds no sentinel."""
+    cmd = [sys.executable, "-m", "django", "runworker", "--settings", "tests.settings"]
+    driver = subprocess.run(
+        [sys.executable, "-c", OUTLIVED_BY_SENTINEL, *cmd, "--queue", "t.slow"],
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert driver.stdout.split() == ["0", "False"], driver.stdout + driver.stderr

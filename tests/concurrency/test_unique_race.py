@@ -12,7 +12,7 @@ from django.db import connection, connections, transaction
 from alkstore_django import store
 from alkstore_django.models import Job
 from tests.concurrency.starting_line import race, run_threads
-from tests.helpers import ROOT, mysql_only, needs
+from tests.helpers import ROOT, mysql_only, needs, servers_only
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -136,3 +136,38 @@ def test_a_key_taken_after_a_repeatable_read_snapshot__returns_the_holder():
         with connection.cursor() as cursor:
             cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
     assert live_ids("race.unique") == [other]
+
+
+@servers_only("SQLite cannot turn a read snapshot older than another commit into a write")
+def test_an_enqueue_in_a_transaction_whose_snapshot_predates_a_window__gets_the_holder():
+    # The other session's transaction reads first (under REPEATABLE READ on
+    # MariaDB, that fixes its snapshot); the key's holder is
+    # enqueued with a window and succeeds after; the late enqueue must see the window.
+    snapshot_taken, window_committed = threading.Event(), threading.Event()
+    got: list[int] = []
+
+    def late_enqueue() -> None:
+        try:
+            if connection.vendor == "mysql":
+                # MariaDB's own default, which a site may keep (Django sets READ COMMITTED).
+                with connection.cursor() as cursor:
+                    cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            with transaction.atomic():
+                Job.objects.filter(queue="race.window").count()
+                snapshot_taken.set()
+                assert window_committed.wait(30)
+                got.append(store.queue("race.window").enqueue({"late": 1}, unique_key="k"))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=late_enqueue)
+    thread.start()
+    assert snapshot_taken.wait(30)
+    q = store.queue("race.window")
+    holder = q.enqueue({}, unique_key="k", unique_for_s=3600)
+    assert q.claim_one("w").ack()
+    window_committed.set()
+    thread.join(60)
+
+    assert got == [holder]
+    assert live_ids("race.window") == []

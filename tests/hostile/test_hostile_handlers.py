@@ -8,6 +8,8 @@ that never started, and the stored error is bounded and readable.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import time
 
@@ -212,3 +214,44 @@ def test_10_an_outcome_that_cannot_be_recorded__is_a_failed_attempt_and_the_work
     )
     assert f"job id={job_id} queue=h.hook outcome=dead" in out
     assert "outcome=lost" not in out
+
+
+# --- 11: a handler that holds the GIL stops the whole worker ------------------------------
+
+
+def test_11_a_handler_holding_the_gil__its_sentinel_kills_the_worker_before_the_claim_lapses(
+    subprocess_env,
+):
+    """No heartbeat, no time limit, no SIGTERM: the sentinel's watchdog ends the worker.
+
+    It settles as for a dead worker: the stuck run's attempt is spent with the
+    reason, the jobs prefetched behind it go back uncharged.
+    """
+    vt_s = 3
+    stuck = store.queue("h.gil", visibility_timeout_s=vt_s, retry_base_s=60).enqueue(
+        {"sleep_s": 120, "after_s": 0.5}
+    )
+    waiting = store.queue("t.record", visibility_timeout_s=vt_s).enqueue_many(["behind"] * 3)
+    proc = runworker(
+        subprocess_env, "--queue", "h.gil", "--queue", "t.record", "--concurrency", "1",
+        wait=False, new_session=True,
+    )  # fmt: skip
+    try:
+        assert wait_for(lambda: Run.objects.filter(job_id=stuck).exists(), timeout=60)
+        started = time.monotonic()
+        out, _ = proc.communicate(timeout=30)
+        stopped_s = time.monotonic() - started
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL, out
+    # Killed at a third of the lease, well before another worker could claim the job.
+    assert stopped_s < vt_s, out
+    job = store.get_job(stuck)
+    assert (job.state, job.attempts) == ("pending", 1), out
+    assert "made no progress for" in job.last_error
+    assert "its sentinel killed it" in job.last_error
+    for job_id in waiting:
+        job = store.get_job(job_id)
+        assert (job.state, job.attempts, job.last_error) == ("pending", 0, None), out
+    assert Run.objects.filter(job_id=stuck).count() == 1

@@ -90,3 +90,18 @@ def test_overview__flags_a_queue_with_jobs_and_no_live_worker():
     )
     [row] = [s for s in operations.queue_overview() if s.queue == "t.record"]
     assert (row.consumers, row.unconsumed) == (1, False)
+
+
+def test_attempt_history__a_class_name_longer_than_its_column_keeps_the_real_error():
+    job_id = store.queue("h.long-class-name", max_attempts=1).enqueue("p")
+
+    [run] = run_ready_jobs(["h.long-class-name"])
+
+    assert run.outcome == "dead"
+    assert run.error.endswith("Error: the real error") and "could not be recorded" not in run.error
+    [attempt] = attempts_of(job_id, "default")
+    assert attempt.error == run.error
+    width = Attempt._meta.get_field("exception_class").max_length
+    assert len(attempt.exception_class) <= width
+    assert attempt.exception_class.startswith("tests.testapp.hostile_jobs.Long")
+    assert attempt.exception_class.endswith("NNNError")

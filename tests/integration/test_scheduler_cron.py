@@ -17,6 +17,7 @@ from django.db import connection, connections
 from django.test import override_settings
 
 from alkstore_django import operations, store
+from alkstore_django.checks import check_settings
 from alkstore_django.errors import InvalidSpec, PayloadError
 from alkstore_django.locks import acquire
 from alkstore_django.models import Job, Lock, Schedule, ScheduleFire
@@ -321,3 +322,26 @@ def test_register_declared__marks_settings_schedules_and_logs_an_overwritten_edi
     assert (row.spec, row.admin_edited_at) == ("@cron 0 9 * * *", None)
     assert "admin edit overwritten by ALKSTORE['SCHEDULES'] name=report" in caplog.text
     assert "spec '@cron 0 10 * * *' -> '@cron 0 9 * * *'" in caplog.text
+
+
+# A valid cron longer than ``Schedule.spec``: every minute, hour and day listed.
+LONG_CRON = "@cron {} {} {} * *".format(
+    ",".join(map(str, range(60))), ",".join(map(str, range(24))), ",".join(map(str, range(1, 32)))
+)
+
+
+def test_schedule__a_valid_cron_longer_than_its_column_is_refused_and_nothing_written():
+    assert len(LONG_CRON) > 255
+
+    with pytest.raises(InvalidSpec, match=r"characters long; expected at most 255"):
+        store.schedule("long", LONG_CRON, "reports")
+
+    assert not Schedule.objects.exists()
+
+
+def test_check__a_declared_cron_longer_than_its_column_is_an_error():
+    declared = {"SCHEDULES": {"long": {"spec": LONG_CRON, "queue": "reports"}}}
+    with override_settings(ALKSTORE=declared):
+        errors = [e.msg for e in check_settings() if e.id == "alkstore.E007"]
+
+    assert len(errors) == 1 and "expected at most 255" in errors[0]

@@ -8,6 +8,7 @@ re-run then shows up as a second attempt of the same job.
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 from django.db import IntegrityError, transaction
@@ -85,4 +86,24 @@ def chaos_stale(job):
         raise RuntimeError("stale worker asks for a retry")
     if outcome == "fail":
         raise Fail("stale worker asks to fail")
+    return job.id
+
+
+@handler("chaos.fork")
+def chaos_fork(job):
+    """At its first attempt, fork a helper that outlives the process, then die of SIGKILL.
+
+    The helper's pid goes to ``<pid_dir>/<job id>``; later attempts work and ack.
+    """
+    record(job)
+    options = _options(job)
+    if options.get("pid_dir") and job.attempts == 1:
+        helper = os.fork()
+        if helper == 0:
+            time.sleep(120)
+            os._exit(0)
+        with open(os.path.join(options["pid_dir"], str(job.id)), "w") as pid_file:
+            pid_file.write(str(helper))
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(float(options.get("work_ms", 0)) / 1000)
     return job.id

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from alkstore_django import Fail, Snooze, handler
@@ -72,6 +73,28 @@ def tracked(job):
     time.sleep(float(job.payload.get("sleep_s", 0)))
     with open(path, "a") as log:
         log.write(f"end {job.id} {time.time():.6f}\n")
+
+
+# How many runs of each job are inside ``spin`` at once, and the most seen.
+SPINNING: dict[int, int] = {}
+PEAK_SPINNING: dict[int, int] = {}
+_spinning_lock = threading.Lock()
+
+
+@handler("t.spin")
+def spin(job):
+    """Run Python code for ``spin_s`` (a raised time-out stops it), counting overlapping runs."""
+    record(job)
+    with _spinning_lock:
+        SPINNING[job.id] = SPINNING.get(job.id, 0) + 1
+        PEAK_SPINNING[job.id] = max(PEAK_SPINNING.get(job.id, 0), SPINNING[job.id])
+    try:
+        deadline = time.monotonic() + float((job.payload or {}).get("spin_s", 5.0))
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        with _spinning_lock:
+            SPINNING[job.id] -= 1
 
 
 # The chaos, hostile-handler and process-pool suites' handlers.

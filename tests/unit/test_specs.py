@@ -225,3 +225,13 @@ def test_dst__an_hourly_cron_fires_each_wall_hour_once_on_the_fall_back_day():
     # Asked from inside the repeated hour, the next boundary is still after it.
     second_time = datetime(2026, 10, 25, 1, 10, tzinfo=UTC)  # 02:10 +01:00
     assert spec.next_after(second_time) == utc(2026, 10, 25, 2)  # 03:00 +01:00
+
+
+def test_misfire_latest__fires_a_missed_boundary_more_than_a_year_back_as_all_does():
+    # The 29th of February: its last boundary may be years behind now.
+    spec = parse_spec("@cron 0 0 29 2 *")
+    first, now = utc(2024, 2, 29), utc(2026, 12, 1)
+
+    assert misfire_policy("all").due(spec, first, now, held=False) == [first]
+    assert misfire_policy("latest").due(spec, first, now, held=False) == [first]
+    assert spec.latest_at_or_before(utc(2103, 12, 31)) == utc(2096, 2, 29)

@@ -86,6 +86,10 @@ class MysqlDialect(
     # REPEATABLE READ snapshot that predates the holder; the duplicate-key
     # error already left a shared lock on its index entry, so it costs nothing.
     holder_read_lock = " LOCK IN SHARE MODE"
+    # The same for the windows: under REPEATABLE READ a plain read of them is
+    # the snapshot's, which may predate a window committed since, and the
+    # enqueue would write a duplicate. Only unique enqueues read windows.
+    window_read_lock = " LOCK IN SHARE MODE"
 
     @classmethod
     def check_settings(cls, alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
@@ -422,6 +426,9 @@ class MysqlDialect(
     def purge_dead_batch(self, queue: str, cutoff: datetime, limit: int) -> int:
         # MySQL cannot DELETE with a LIMITed subquery on the same table; a
         # single-table DELETE takes ORDER BY and LIMIT itself.
+        self._release_dead_windows(
+            "d.queue = %s AND d.died_at <= %s", [queue, self.adapt_datetime(cutoff)]
+        )
         sql = (
             f"DELETE FROM {DEAD_TABLE} WHERE queue = %s AND died_at <= %s ORDER BY died_at LIMIT %s"
         )

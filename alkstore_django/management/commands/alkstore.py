@@ -18,7 +18,8 @@ from ...display import error_summary, format_age, format_timestamp
 from ...errors import AlkstoreError
 from ...history import attempts_of
 from ...records import Job, Schedule
-from ..arguments import add_ids_option, database_alias, positive_int
+from ..arguments import accept_common_options, add_ids_option, database_alias, positive_int
+from ..service import require_migrated
 
 STATS_COLUMNS = (
     "queue", "pending", "scheduled", "processing", "overdue", "dead", "oldest pending", "state",
@@ -97,10 +98,13 @@ class Command(BaseCommand):
             required=True,
             help="Age such as 30s, 15m, 12h or 7d: dead letters that died longer ago go.",
         )
+        for subparser in [*sub.choices.values(), *dead_sub.choices.values()]:
+            accept_common_options(subparser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         using = options["database"] or app_settings.database
         command = options["subcommand"]
+        require_migrated(using)
         try:
             if command == "stats":
                 self.stats(using, as_json=options["json"])

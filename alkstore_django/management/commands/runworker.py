@@ -16,11 +16,11 @@ from alkstore_django.conf import app_settings
 from alkstore_django.errors import AlkstoreError
 from alkstore_django.handlers import outbox_queue_name, registry
 from alkstore_django.management.arguments import positive_int, seconds
-from alkstore_django.management.service import exit_now, start_service
+from alkstore_django.management.service import exit_now, refuse_atomic_block, start_service
 from alkstore_django.worker import Worker
 from alkstore_django.worker.instruments import Instruments
 from alkstore_django.worker.pools import POOLS
-from alkstore_django.worker.sentinel import start_sentinel
+from alkstore_django.worker.sentinel import finish_sentinel, start_sentinel
 
 # Far above any useful thread count, low enough that a typo cannot start
 # a hundred thousand threads or hold a whole queue under one worker's claim.
@@ -30,6 +30,8 @@ MAX_COUNT = 1024
 EXIT_TIMED_OUT = 75
 MAX_GRACE_S = 86_400.0
 MAX_PORT = 65_535
+# The metrics carry queue names and counts: reachable from this host only unless asked.
+DEFAULT_METRICS_HOST = "127.0.0.1"
 # Beyond the grace period, how long a code change waits for the worker to let go.
 AUTORELOAD_STOP_MARGIN_S = 5.0
 
@@ -115,6 +117,12 @@ class Command(BaseCommand):
             help="Serve this worker's Prometheus metrics on this port (needs the 'metrics' extra).",
         )
         parser.add_argument(
+            "--metrics-host",
+            default=DEFAULT_METRICS_HOST,
+            help="The address --metrics-port listens on (default 127.0.0.1, this host only; "
+            "0.0.0.0 for every interface).",
+        )
+        parser.add_argument(
             "--autoreload",
             action="store_true",
             help="Development: restart the worker when Python code changes, as runserver does.",
@@ -138,6 +146,9 @@ class Command(BaseCommand):
             raise CommandError(f"No handler for {unknown[0]!r}: registered queues are {known}.")
         if not names and not registry.queues():
             raise CommandError("No handlers are registered: add @handler functions in a jobs.py.")
+        refuse_atomic_block(
+            app_settings.database, "runworker", "alkstore_django.testing.run_ready_jobs()"
+        )
         stop = start_service(options["verbosity"], app_settings.database)
         try:
             instruments = self._instruments(options["metrics_port"])
@@ -163,13 +174,16 @@ class Command(BaseCommand):
             # keeps sharing their pages instead of copying each page the
             # collector would write to. Measured: 50 ms less CPU at start-up.
             gc.freeze()
-            start_sentinel(worker)
-            if instruments.enabled:
-                # After the sentinel's fork: the server is a thread.
-                from prometheus_client import start_http_server
-
-                start_http_server(options["metrics_port"], registry=instruments.registry)
-            worker.run(stop)
+            sentinel = start_sentinel(worker)
+            try:
+                self._serve(worker, stop, options, instruments)
+            finally:
+                # Exit after the sentinel: a supervisor signalling the group once the
+                # command has exited must not catch it mid-settle.
+                # Not for a thread that did not stop at its time limit: its sentinel
+                # records that attempt only once this process has exited.
+                if not worker.timed_out:
+                    finish_sentinel(worker, sentinel)
         except AlkstoreError as exc:
             raise CommandError(str(exc)) from exc
         if worker.broken:
@@ -179,6 +193,22 @@ class Command(BaseCommand):
             # is recorded: end it with the process, before anyone runs it again. A
             # stuck thread asks the supervisor for a fresh process (non-zero exit).
             exit_now(EXIT_TIMED_OUT if worker.timed_out else 0)
+
+    @staticmethod
+    def _serve(
+        worker: Worker, stop: threading.Event, options: dict[str, Any], instruments: Instruments
+    ) -> None:
+        """Serve the metrics if asked, then run ``worker`` until ``stop``."""
+        if instruments.enabled:
+            # After the sentinel's fork: the server is a thread.
+            from prometheus_client import start_http_server
+
+            start_http_server(
+                options["metrics_port"],
+                addr=options["metrics_host"],
+                registry=instruments.registry,
+            )
+        worker.run(stop)
 
     @staticmethod
     def _instruments(port: int | None) -> Instruments:
