@@ -378,6 +378,8 @@ def check_metrics_view(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
         pass
     else:
         return []
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return []  # a worker-only settings module: nothing is routed
     try:
         route = _routes_metrics_view(get_resolver().url_patterns)
     except (ImportError, ImproperlyConfigured):

@@ -77,6 +77,14 @@ class Snooze(Exception):
         self.delay_s = delay_s
 
 
+class TimeLimitExceeded(BaseException):
+    """The worker stopped the handler: raised inside its thread (a time limit, a lapsed claim).
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is, so that a handler's
+    ``except Exception`` does not swallow it.
+    """
+
+
 __all__ = [
     "AlkstoreError",
     "DuplicateJob",
@@ -90,4 +98,5 @@ __all__ = [
     "ReservedName",
     "Snooze",
     "StoreClosed",
+    "TimeLimitExceeded",
 ]

@@ -42,7 +42,7 @@ from .error_text import (
     loggable,
     message_of,
 )
-from .errors import Fail, Snooze
+from .errors import Fail, Snooze, TimeLimitExceeded
 from .history import record_attempt
 from .records import OutcomeKind, Settled
 from .signals import job_finished, job_started, send_robust
@@ -152,6 +152,10 @@ def run_handler(func: Callable[[Any], Any], arg: Any, job: Job) -> Outcome:
         outcome = Outcome.failed(OutcomeKind.FAIL, message_of(exc, "failed"), exc)
     except Snooze as exc:
         outcome = Outcome(OutcomeKind.SNOOZE, value=exc.delay_s)
+    except TimeLimitExceeded as exc:
+        # Not the handler's error: the worker stopped it and logged why; its
+        # completer records the attempt (timed out) or refuses it (a lapsed claim).
+        outcome = Outcome.failed(OutcomeKind.RETRY, describe(exc), exc)
     except BaseException as exc:
         error = describe(exc)
         if has_hooks(func) and job.attempts >= job.max_attempts:

@@ -429,3 +429,31 @@ def process_alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return True
+
+
+@contextmanager
+def running_worker(queues, **kwargs):
+    """Run a worker in a thread for the block; fail if its loop raised, broke or did not stop."""
+    kwargs.setdefault("poll_interval_s", 0.1)
+    stop = threading.Event()
+    from alkstore_django.worker import Worker
+
+    worker = Worker(queues, **kwargs)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run(stop)
+        except BaseException as exc:  # noqa: BLE001 - reported by the block's end
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        stop.set()
+        thread.join(15)
+    assert not thread.is_alive()
+    assert not errors, errors
+    assert worker.broken is None, worker.broken

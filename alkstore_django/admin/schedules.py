@@ -31,15 +31,19 @@ from ..scheduler.registry import check_schedule, default_zone, schedule
 from ..specs import parse_spec, parse_zone
 from ..store import Store
 from ..validation import validate_name
-from .base import AlkstoreModelAdmin, breakable
+from .base import AlkstoreModelAdmin, breakable, seconds_column
 from .base import has_perm as _has_perm
 from .base import pre as _pre
 
 MARK = '<span class="{}" style="font-weight: bold">{}</span>'
 EDITABLE = ("name", "spec", "zone", "misfire", "queue", "payload", "priority", "max_attempts",
             "expires_s")  # fmt: skip
-SHOWN = ("declared", "enabled", "next_run_in_zone", "next_run_utc", "last_fired_at",
-         "refused_from", "last_error_at", "last_error_text")  # fmt: skip
+# The read-only part of an edit form; its times to the second (one column object
+# each, as both the fields and the read-only fields must name the same one).
+SHOWN = ("declared", "enabled", "next_run_in_zone", "next_run_utc",
+         *(seconds_column(Schedule, name) for name in ("last_fired_at", "refused_from",
+                                                      "last_error_at")),
+         "last_error_text")  # fmt: skip
 
 
 class PayloadField(forms.JSONField):

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError
 
 from ..error_text import timed_out
+from ..errors import TimeLimitExceeded
 from ..executor import ACK, Outcome, OutcomeKind, Settled, finished, has_hooks, settle
 from .holdings import Done, Held, Holdings
-from .pools import TimeLimitExceeded
 from .slots import TIMED_OUT
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from ..error_text import describe
+from ..errors import TimeLimitExceeded
 from ..executor import ACK, Outcome, has_hooks, run_job
 from ..records import Job
 from .children import Child, ChildGone
@@ -30,14 +31,6 @@ POOLS = ("threads", "processes")
 
 class PoolBroken(Exception):
     """A lane cannot run jobs at all (its child process does not start)."""
-
-
-class TimeLimitExceeded(BaseException):
-    """The handler ran past its job's time limit: raised inside its thread to stop it.
-
-    A ``BaseException``, as ``KeyboardInterrupt`` is, so that a handler's
-    ``except Exception`` does not swallow it.
-    """
 
 
 def _raise_in(thread_id: int, exc: type[BaseException] | None) -> int:

@@ -190,14 +190,19 @@ class Watchdog:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self._rounds = -1
-        self._since = time.monotonic()
+        self._since = self._polled_at = time.monotonic()
         self._held: list[tuple[int, int, int]] = []
         self._limit_s: float | None = None
 
     def stalled_s(self, rounds: int) -> float | None:
         """Return how long the loop has stood still, once that is past the limit."""
         now = time.monotonic()
-        if rounds != self._rounds:
+        # A gap far longer than a poll means the sentinel was stopped too (the
+        # whole process group, or the host, paused): the loop was not stalled
+        # while both stood still, so its stall is timed from now.
+        paused = now - self._polled_at > STALL_FLOOR_S
+        self._polled_at = now
+        if rounds != self._rounds or paused:
             self._rounds, self._since = rounds, now
             return None
         still_s = now - self._since

@@ -34,3 +34,15 @@ def test_detail_pages__show_times_to_the_second(admin_client, staff_client):
     assert html.status_code == 200
     assert 'class="form-row field-last_fired_at"' in html.content.decode()
     assert shown in html.content.decode()
+
+
+def test_schedule_edit_form__shows_its_read_only_times_to_the_second(staff_client):
+    at = timezone.now().replace(microsecond=0) - timedelta(seconds=13)
+    shown = f"{timezone.localtime(at):%Y-%m-%d %H:%M:%S}"
+    schedule = ScheduleFactory(name="edited", last_fired_at=at, last_error_at=at)
+    editor = staff_client("view_schedule", "change_schedule")
+    html = editor.get(reverse("admin:alkstore_django_schedule_change", args=[schedule.pk]))
+    assert html.status_code == 200
+    page = html.content.decode()
+    assert 'name="spec"' in page  # the editable form
+    assert page.count(shown) >= 2, page  # last fired, last error: before the fix to the minute

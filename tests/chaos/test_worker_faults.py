@@ -92,6 +92,13 @@ def rescue(job_id: int, timeout: float):
     return handle
 
 
+def signal_sentinel(worker, signum: int) -> None:
+    """Send ``signum`` to the sentinel ``worker`` logged at start-up."""
+    match = re.search(r"sentinel started pid=(\d+)", worker.log())
+    assert match, worker.log()
+    os.kill(int(match.group(1)), signum)
+
+
 @pytest.mark.timeout(180)
 def test_stale_worker__paused_past_its_lease_changes_nothing_when_resumed(
     fleet, report, chaos_long
@@ -118,11 +125,15 @@ def test_stale_worker__paused_past_its_lease_changes_nothing_when_resumed(
         job_id = queue.enqueue({"work_s": 1.5, "outcome": outcome})
         ids.append(job_id)
         assert wait_for(lambda j=job_id: ChaosRun.objects.filter(job_id=j).exists(), 60)
+        # The whole process group, as a paused host or container: the sentinel too,
+        # or its watchdog would (rightly) kill a worker stopped on its own.
         fleet.pause(worker)
+        signal_sentinel(worker, signal.SIGSTOP)
         if kind == "under":
             # The claim has at least two thirds of its lease left (heartbeats every third).
             time.sleep(rng.uniform(0.3, 1.0) if chaos_long else 1.0)
             assert queue.claim_one("rescuer") is None, "a live claim was stolen"
+            signal_sentinel(worker, signal.SIGCONT)
             fleet.resume(worker)
             assert wait_for(lambda j=job_id: store.get_job(j) is None, 30), fleet.tail()
             survived += 1
@@ -130,6 +141,7 @@ def test_stale_worker__paused_past_its_lease_changes_nothing_when_resumed(
         handle = rescue(job_id, timeout=vt_s + 20)
         assert handle.job.attempts == 2
         time.sleep(rng.uniform(0.1, 2.0) if chaos_long else 0.5)
+        signal_sentinel(worker, signal.SIGCONT)
         fleet.resume(worker)
         lost = f"job id={job_id} queue=chaos.stale outcome=lost"
         assert wait_for(lambda m=lost: m in worker.log(), 30), fleet.tail()
@@ -153,13 +165,6 @@ def test_stale_worker__paused_past_its_lease_changes_nothing_when_resumed(
     settle(figures, fleet, started, report)
     assert figures.acked == len(rounds)
     assert figures.double_run == 0
-
-
-def signal_sentinel(worker, signum: int) -> None:
-    """Send ``signum`` to the sentinel ``worker`` logged at start-up."""
-    match = re.search(r"sentinel started pid=(\d+)", worker.log())
-    assert match, worker.log()
-    os.kill(int(match.group(1)), signum)
 
 
 @pytest.mark.timeout(150)
@@ -191,9 +196,9 @@ def test_stalled_worker__sigstopped_past_all_its_claims_takes_them_back_and_live
         fleet.pause(worker)
         signal_sentinel(worker, signal.SIGSTOP)
         time.sleep(vt_s + 1.0)
-        fleet.resume(worker)
-        time.sleep(0.2)  # the loop beats again before its watchdog looks
+        # The sentinel first, as a resumed host may: its watchdog must not judge the pause.
         signal_sentinel(worker, signal.SIGCONT)
+        fleet.resume(worker)
     assert wait_for(drained(["chaos.work"]), timeout=90), fleet.tail()
     assert worker.alive(), fleet.tail()
     assert "Traceback" not in worker.log(), fleet.tail()

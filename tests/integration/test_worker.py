@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
 
 import pytest
 
@@ -12,26 +11,10 @@ from alkstore_django import store
 from alkstore_django.errors import InvalidArgument
 from alkstore_django.models import DeadJob, Job
 from alkstore_django.worker import Worker
-from tests.helpers import db_now
+from tests.helpers import db_now, running_worker
 from tests.testapp.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@contextmanager
-def running_worker(queues, **kwargs):
-    """Run a worker in a thread for the duration of the block, then stop it."""
-    kwargs.setdefault("poll_interval_s", 0.1)
-    stop = threading.Event()
-    worker = Worker(queues, **kwargs)
-    thread = threading.Thread(target=worker.run, args=(stop,))
-    thread.start()
-    try:
-        yield worker
-    finally:
-        stop.set()
-        thread.join(10)
-    assert not thread.is_alive()
 
 
 def wait_for_run(job_id, timeout=5.0):

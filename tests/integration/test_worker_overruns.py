@@ -13,44 +13,17 @@ import re
 import threading
 import time
 from collections import Counter
-from contextlib import contextmanager
 
 import pytest
 
 from alkstore_django import store
 from alkstore_django.models import DeadJob, Job
 from alkstore_django.worker import Worker
-from tests.helpers import lapse_claim, live_count, wait_for
+from tests.helpers import lapse_claim, live_count, running_worker, wait_for
 from tests.testapp.jobs import PEAK_SPINNING
 from tests.testapp.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@contextmanager
-def running_worker(queues, **kwargs):
-    """Run a worker in a thread for the block; fail if its loop raised or did not stop."""
-    kwargs.setdefault("poll_interval_s", 0.1)
-    stop = threading.Event()
-    worker = Worker(queues, **kwargs)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            worker.run(stop)
-        except BaseException as exc:  # noqa: BLE001 - reported by the block's end
-            errors.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        stop.set()
-        thread.join(15)
-    assert not thread.is_alive()
-    assert not errors, errors
-    assert worker.broken is None, worker.broken
 
 
 def runs_of(job_id: int) -> list[int]:

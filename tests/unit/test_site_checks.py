@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from django.conf import settings
 from django.core import checks
 from django.test import override_settings
 
@@ -43,4 +44,12 @@ def test_metrics_view__no_warning_with_prometheus_client_or_without_the_route(mo
     assert check_metrics_view() == []
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     with override_settings(ROOT_URLCONF="tests.testapp.jobs"):  # a module with no urlpatterns
+        assert check_metrics_view() == []
+
+
+def test_metrics_view__a_site_without_a_urlconf_gets_no_warning_and_no_crash(monkeypatch):
+    """A worker-only settings module may set no ROOT_URLCONF: ``check`` must still run."""
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    with override_settings():
+        del settings.ROOT_URLCONF
         assert check_metrics_view() == []
