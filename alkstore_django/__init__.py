@@ -11,6 +11,7 @@ from . import errors
 from .errors import Fail, Snooze
 from .handlers import handler
 from .store import Store, store
+from .workflows import Workflow
 
-__all__ = ["Fail", "Snooze", "Store", "errors", "handler", "store"]
+__all__ = ["Fail", "Snooze", "Store", "Workflow", "errors", "handler", "store"]
 __version__ = "0.1.0"

@@ -20,6 +20,7 @@ DEFAULT_SWEEP_INTERVAL_S = 60.0
 DEFAULT_PAYLOAD_CODEC = "alkstore_django.codecs.JSONCodec"
 # A worker announces itself every third of this; silent longer, it is gone.
 DEFAULT_WORKER_TTL_S = 30.0
+DEFAULT_WORKFLOW_RETENTION_S = 604_800.0
 # The SQLite file watch: how often a worker asks PRAGMA data_version.
 DEFAULT_SQLITE_WATCH_INTERVAL_S = 0.005
 
@@ -38,6 +39,8 @@ class QueueOptions:
     timeout_s: float | None = None
     # How often a job may be snoozed before it is dead-lettered (see queues.md).
     max_snoozes: int = 100
+    # How long what became of each job is kept once it finished; None: not kept.
+    keep_result_s: float | None = None
 
     def overlay(self, opts: dict[str, Any]) -> QueueOptions:
         """Return these options with ``opts`` laid over them (already validated)."""
@@ -72,6 +75,7 @@ SETTING_KEYS = frozenset(
         "WORKER_TTL_S",
         "METRICS_TOKEN",
         "PAYLOAD_CODEC",
+        "WORKFLOW_RETENTION_S",
     }
 )
 
@@ -122,6 +126,11 @@ class AlkstoreSettings:
     def metrics_token(self) -> str | None:
         """The bearer token that may read ``metrics_view`` without a staff login."""
         return self.raw.get("METRICS_TOKEN") or None
+
+    @property
+    def workflow_retention_s(self) -> float:
+        """How long a finished workflow (with its steps' results) is kept."""
+        return float(self.raw.get("WORKFLOW_RETENTION_S", DEFAULT_WORKFLOW_RETENTION_S))
 
     @property
     def schedules(self) -> dict[str, dict[str, Any]]:

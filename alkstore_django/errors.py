@@ -27,6 +27,10 @@ class InvalidArgument(AlkstoreError):
     """An argument is out of the range the call accepts."""
 
 
+class InvalidWorkflow(InvalidArgument):
+    """A workflow's steps do not form a graph that can run (unknown step, cycle, duplicate)."""
+
+
 class InvalidSpec(AlkstoreError):
     """A schedule spec, zone or misfire policy is not one of the documented forms.
 

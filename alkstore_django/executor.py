@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import async_to_sync
 from django.db import InterfaceError, OperationalError, close_old_connections, transaction
 
+from . import results
 from .error_text import (
     MAX_LOGGED_ERROR_CHARS,
     class_path,
@@ -44,10 +45,13 @@ from .error_text import (
 )
 from .errors import Fail, Snooze, TimeLimitExceeded
 from .history import record_attempt
+from .models import ResultState, StepState
 from .records import OutcomeKind, Settled
 from .signals import job_finished, job_started, send_robust
+from .workflows.progress import finish_step, lock
 
 if TYPE_CHECKING:
+    from .models import Workflow
     from .queues import JobHandle
     from .records import Job
 
@@ -65,6 +69,7 @@ __all__ = [
     "run_handler",
     "run_job",
     "settle",
+    "settles_alone",
     "tidy_connections",
 ]
 
@@ -213,6 +218,15 @@ def has_hooks(func: Any) -> bool:
     return hasattr(func, "on_acked") or hasattr(getattr(func, "func", None), "on_acked")
 
 
+def settles_alone(func: Any, job: Job) -> bool:
+    """True when an ack writes more than the job's delete: a hook, a workflow step, a kept result.
+
+    Such an ack goes through ``settle`` on its own, never in a batch of
+    plain acks, and never by a sentinel (which knows no return value).
+    """
+    return has_hooks(func) or job.workflow_id is not None or job.keep_result_s is not None
+
+
 def settle(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> Settled:
     """Apply ``outcome`` to ``handle`` with ``func``'s hooks; return what became of the job.
 
@@ -268,26 +282,63 @@ def _apply(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> Settle
         # One statement, no hook: no transaction of its own.
         return Settled.RELEASED if handle.release() else Settled.LOST
     with transaction.atomic(using=using):
-        if kind == OutcomeKind.ACK:
-            if not handle.ack():
-                return Settled.LOST
-            hook = getattr(func, "on_acked", None)
-            if hook is not None:
-                hook(job, outcome.value, using)
-            return Settled.ACKED
-        if kind == OutcomeKind.SNOOZE:
-            # Over the snooze cap, snooze() dead-letters it; that is a failure.
-            before = handle.job.snoozes
-            if not handle.snooze(outcome.value):
-                return Settled.LOST
-            return Settled.SNOOZED if before < handle.job.max_snoozes else Settled.DEAD
-        failing = kind == OutcomeKind.FAIL
-        exhausted = failing or job.attempts >= job.max_attempts
-        applied = handle.fail(outcome.error) if failing else handle.retry(outcome.error)
-        if not applied:
+        # A step's workflow is locked before its job: the one lock order (workflows.progress).
+        workflow = lock(using, [job.workflow_id])[0] if job.workflow_id is not None else None
+        result = _apply_outcome(handle, outcome, func, using)
+        if result == Settled.ACKED:
+            _ended(handle, workflow, StepState.SUCCEEDED, value=outcome.value)
+        elif result == Settled.DEAD:
+            _ended(handle, workflow, StepState.FAILED, error=outcome.error or "snoozed too often")
+        return result
+
+
+def _apply_outcome(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> Settled:
+    job = handle.job
+    kind = outcome.kind
+    if kind == OutcomeKind.ACK:
+        if not handle.ack():
             return Settled.LOST
-        record_attempt(using, job, outcome.error or "failed", outcome.exc_class, outcome.traceback)
-        hook = getattr(func, "on_failed", None)
+        hook = getattr(func, "on_acked", None)
         if hook is not None:
-            hook(job, outcome, exhausted, using)
-        return Settled.DEAD if exhausted else Settled.RETRIED
+            hook(job, outcome.value, using)
+        return Settled.ACKED
+    if kind == OutcomeKind.SNOOZE:
+        # Over the snooze cap, snooze() dead-letters it; that is a failure.
+        before = handle.job.snoozes
+        if not handle.snooze(outcome.value):
+            return Settled.LOST
+        return Settled.SNOOZED if before < handle.job.max_snoozes else Settled.DEAD
+    failing = kind == OutcomeKind.FAIL
+    exhausted = failing or job.attempts >= job.max_attempts
+    applied = handle.fail(outcome.error) if failing else handle.retry(outcome.error)
+    if not applied:
+        return Settled.LOST
+    record_attempt(using, job, outcome.error or "failed", outcome.exc_class, outcome.traceback)
+    hook = getattr(func, "on_failed", None)
+    if hook is not None:
+        hook(job, outcome, exhausted, using)
+    return Settled.DEAD if exhausted else Settled.RETRIED
+
+
+def _ended(
+    handle: JobHandle,
+    workflow: Workflow | None,
+    state: StepState,
+    *,
+    value: Any = None,
+    error: str | None = None,
+) -> None:
+    """Write what a finished job keeps: its step's end and its result, in its outcome's transaction.
+
+    A return value that is not JSON raises ``PayloadError`` here, which
+    ``settle`` records as the attempt's failure (the ack rolls back with it).
+    """
+    job = handle.job
+    if job.workflow_id is None and job.keep_result_s is None:
+        return
+    stored = results.encode_result(value) if state == StepState.SUCCEEDED else None
+    store = handle.queue.store
+    if workflow is not None and job.step is not None:
+        finish_step(store, workflow, job.step, job.id, state, result=stored, error=error)
+    if job.keep_result_s is not None:
+        results.keep(store, job, ResultState(state.value), value=stored, error=error)

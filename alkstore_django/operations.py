@@ -15,14 +15,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import transaction
 
+from . import results
 from .conf import app_settings
 from .errors import AlkstoreError, InvalidArgument
 from .history import recent_timeouts
 from .presence import live_workers
 from .records import Job, QueueLimitState, QueueStats, Schedule
 from .specs import parse_spec
+from .store import Store
 from .timing import UNIT_SECONDS
 from .validation import validate_duration, validate_int, validate_name, validate_queue_limits
+from .workflows.progress import cancelling, resume
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet
@@ -146,6 +149,10 @@ def _move(
     # A requeued job runs without its key: its window must not hold it either.
     sql.release_dead_windows(ids)
     moved = sql.move_dead_to_live(cursor, ids)
+    # Live again: a kept result is unknown until it ends anew, and a failed
+    # workflow step (with the steps its failure cancelled) waits again.
+    results.forget(sql.using, list(ids))
+    resume(Store(sql.using), ids)
     # A Django Tasks job's result reads READY again, as get_result says of the
     # live job; its errors stay (the runner numbers this run's after them).
     TaskResult.objects.using(sql.using).filter(id__in=ids, status=TaskStatus.FAILED).update(
@@ -264,16 +271,19 @@ def cancel_jobs(ids: Iterable[int], *, using: str | None = None) -> int:
     """Delete the live jobs ``ids`` whatever their state; return how many were deleted.
 
     A running handler is not interrupted: its later ack simply finds nothing.
-    Their unique keys are freed, ``unique_for_s`` windows included.
+    Their unique keys are freed, ``unique_for_s`` windows included. A
+    workflow step's job cancels its step; a kept result reads ``cancelled``.
     """
     from .models import Job, UniqueWindow
 
     alias = _alias(using)
+    store = Store(alias)
     total = 0
     with transaction.atomic(using=alias):
         for chunk in _chunks(_ids(ids), DEFAULT_BATCH_SIZE):
-            deleted, _ = Job.objects.using(alias).filter(id__in=chunk).delete()
-            UniqueWindow.objects.using(alias).filter(job_id__in=chunk).delete()
+            with cancelling(store, chunk):
+                deleted, _ = Job.objects.using(alias).filter(id__in=chunk).delete()
+                UniqueWindow.objects.using(alias).filter(job_id__in=chunk).delete()
             total += deleted
     return total
 

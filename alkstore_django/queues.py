@@ -115,6 +115,7 @@ class Queue:
         unique_key: str | None = None,
         unique_for_s: float | None = None,
         on_duplicate: OnDuplicate = "return",
+        keep_result_s: float | None = None,
     ) -> int:
         """Write one pending job and return its id.
 
@@ -126,16 +127,24 @@ class Queue:
         queue has that key (or holds it within its ``unique_for_s`` window
         after success): the holder's id is returned, or ``DuplicateJob`` raised
         when ``on_duplicate="raise"``.
+
+        With ``keep_result_s`` (or the queue option) what became of the job
+        is kept that long after it finished: ``Store.get_result(id)``.
         """
         self.store.check_open()
         encoded = encode_payload(
             payload, app_settings.max_payload_bytes, app_settings.payload_codec.encode
         )
         stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts, timeout_s)
+        keep = self._keep_result_s(keep_result_s)
         if unique_key is not None or unique_for_s is not None or on_duplicate != "return":
             single = None if unique_key is None else [unique_key]
             keys = _unique_keys(single, 1, unique_for_s, on_duplicate)
-            return self._enqueue_unique(stamps, [encoded], keys, unique_for_s, on_duplicate)[0]
+            return self._enqueue_unique(stamps, [encoded], keys, unique_for_s, on_duplicate, keep)[
+                0
+            ]
+        if keep is not None:
+            return self._write_kept(stamps, [encoded], keep)[0]
         ids = self.store.dialect.enqueue(stamps, (encoded,))
         if job_enqueued.receivers:
             job_enqueued.send(self.name, job_ids=ids)
@@ -154,6 +163,7 @@ class Queue:
         unique_keys: Iterable[str] | None = None,
         unique_for_s: float | None = None,
         on_duplicate: OnDuplicate = "return",
+        keep_result_s: float | None = None,
     ) -> list[int]:
         """Write many pending jobs in one statement and return their ids in order.
 
@@ -172,20 +182,15 @@ class Queue:
         limit, to_json = app_settings.max_payload_bytes, app_settings.payload_codec.encode
         encoded = [encode_payload(payload, limit, to_json) for payload in payloads]
         stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts, timeout_s)
+        keep = self._keep_result_s(keep_result_s)
         if unique_keys is not None or unique_for_s is not None or on_duplicate != "return":
             keys = _unique_keys(unique_keys, len(encoded), unique_for_s, on_duplicate)
-            return self._enqueue_unique(stamps, encoded, keys, unique_for_s, on_duplicate)
-        dialect = self.store.dialect
+            return self._enqueue_unique(stamps, encoded, keys, unique_for_s, on_duplicate, keep)
         if not encoded:
             return []
-        if len(encoded) <= MAX_BATCH:
-            ids = dialect.enqueue(stamps, encoded)
-        else:
-            # Past MAX_BATCH it takes several statements: all of them or none.
-            ids = []
-            with transaction.atomic(using=self.store.using):
-                for start in range(0, len(encoded), MAX_BATCH):
-                    ids += dialect.enqueue(stamps, encoded[start : start + MAX_BATCH])
+        if keep is not None:
+            return self._write_kept(stamps, encoded, keep)
+        ids = self.write_encoded(encoded, stamps=stamps)
         if job_enqueued.receivers:
             job_enqueued.send(self.name, job_ids=ids)
         return ids
@@ -197,6 +202,7 @@ class Queue:
         keys: list[str],
         unique_for_s: float | None,
         on_duplicate: OnDuplicate,
+        keep_result_s: float | None = None,
     ) -> list[int]:
         """Write the payloads whose key is free; return each payload's job id or its key's holder's.
 
@@ -229,10 +235,69 @@ class Queue:
                             "(live, or within its unique_for_s window): nothing enqueued.",
                             job_id=job_id,
                         )
-        created_ids = [job_id for job_id, created in result.values() if created]
+            created_ids = [job_id for job_id, created in result.values() if created]
+            if keep_result_s is not None:
+                self._mark_kept(created_ids, keep_result_s)
         if created_ids and job_enqueued.receivers:
             job_enqueued.send(self.name, job_ids=created_ids)
         return [result[key][0] for key in keys]
+
+    def _keep_result_s(self, keep_result_s: float | None) -> float | None:
+        """Return how long the results of this enqueue are kept: the call's, or the queue's."""
+        if keep_result_s is None:
+            return self.options.keep_result_s
+        return validate_duration("keep_result_s", keep_result_s, allow_zero=False)
+
+    def _write_kept(self, stamps: EnqueueStamps, encoded: list[str], keep_s: float) -> list[int]:
+        """Write jobs whose results are kept: the insert, then their mark, in one transaction."""
+        with transaction.atomic(using=self.store.using):
+            ids = self.write_encoded(encoded, stamps=stamps)
+            self._mark_kept(ids, keep_s)
+        if job_enqueued.receivers:
+            job_enqueued.send(self.name, job_ids=ids)
+        return ids
+
+    def _mark_kept(self, ids: list[int], keep_s: float) -> None:
+        # A column the plain insert leaves null, so the common enqueue's statement is unchanged.
+        from .models import Job
+
+        Job.objects.using(self.store.using).filter(id__in=ids).update(keep_result_s=keep_s)
+
+    def write_encoded(
+        self,
+        encoded: Sequence[str],
+        options: dict[str, Any] | None = None,
+        *,
+        stamps: EnqueueStamps | None = None,
+    ) -> list[int]:
+        """Insert jobs whose payloads are encoded already, with enqueue ``options``; return ids.
+
+        ``options`` are ``check_options``' (a workflow step's); past
+        ``MAX_BATCH`` payloads it takes several statements, all or none. Sends
+        no ``job_enqueued``: the caller does, once its transaction holds them.
+        """
+        if stamps is None:
+            stamps = self.check_options(options or {})
+        dialect = self.store.dialect
+        if len(encoded) <= MAX_BATCH:
+            return dialect.enqueue(stamps, encoded)
+        # Past MAX_BATCH it takes several statements: all of them or none.
+        ids: list[int] = []
+        with transaction.atomic(using=self.store.using):
+            for start in range(0, len(encoded), MAX_BATCH):
+                ids += dialect.enqueue(stamps, encoded[start : start + MAX_BATCH])
+        return ids
+
+    def check_options(self, options: dict[str, Any]) -> EnqueueStamps:
+        """Return the stamps of an enqueue with ``options`` (by name), validated as enqueue's."""
+        return self._stamps(
+            options.get("delay_s"),
+            None,
+            options.get("priority"),
+            options.get("expires_s"),
+            options.get("max_attempts"),
+            options.get("timeout_s"),
+        )
 
     def _stamps(
         self,
@@ -345,10 +410,15 @@ class Queue:
         """Delete a live job whatever its state; False when there is none.
 
         A running handler is not interrupted: its later ack simply finds nothing.
+        A workflow step's job cancels its step (and what depends on it); a
+        job keeping its result keeps ``cancelled``.
         """
         self.store.check_open()
         validate_int("job id", job_id, minimum=-(2**63), maximum=2**63 - 1)
-        return self.store.dialect.cancel(self.name, job_id)
+        from .workflows.progress import cancelling
+
+        with cancelling(self.store, [job_id]):
+            return self.store.dialect.cancel(self.name, job_id)
 
     # --- upkeep --------------------------------------------------------------
 

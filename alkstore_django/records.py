@@ -67,11 +67,79 @@ class Job:
     max_snoozes: int = 100
     # The job's unique key: no other live job of its queue has it (None: no key).
     unique_key: str | None = None
+    # The workflow and step this job runs for (``Workflow``); None for a plain job.
+    workflow_id: int | None = None
+    step: str | None = None
+    # How long what became of the job is kept once it finished; None: not kept.
+    keep_result_s: float | None = None
     # Not a field: the payload column as a claim read it, before the codec's
     # decode, set on the records a claim builds (``Dialect.job_from_row``) and
     # None on the others. The process pool sends it to the child, which decodes
     # it itself: the decoded value need not be JSON.
     stored_payload: ClassVar[Any] = None
+
+
+ResultState = Literal["succeeded", "failed", "cancelled"]
+WorkflowState = Literal["running", "succeeded", "failed", "cancelled"]
+StepState = Literal["waiting", "pending", "processing", "succeeded", "failed", "cancelled"]
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What became of a job kept with ``keep_result_s`` (``Store.get_result``).
+
+    ``value`` is the handler's return value (JSON) when it succeeded;
+    ``error`` the stored error when it failed or why it was cancelled.
+    """
+
+    job_id: int
+    queue: str
+    state: ResultState
+    value: Any
+    error: str | None
+    attempts: int
+    finished_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class WorkflowStep:
+    """One step of a workflow as it stands (``Workflow.steps``).
+
+    ``job_id`` is None until the step is released; ``result`` is its
+    handler's return value once it succeeded; ``error`` says why it failed
+    or was cancelled.
+    """
+
+    name: str
+    queue: str
+    state: StepState
+    after: tuple[str, ...]
+    job_id: int | None
+    result: Any
+    error: str | None
+    finished_at: datetime | None
+    run_on_upstream_failure: bool = False
+
+
+@dataclass(frozen=True)
+class Workflow:
+    """A workflow as it stands (``Store.get_workflow``): its state and its steps by name."""
+
+    id: int
+    name: str
+    state: WorkflowState
+    steps: dict[str, WorkflowStep]
+    created_at: datetime
+    finished_at: datetime | None
+    steps_total: int = 0
+    # Steps not yet finished (waiting, pending or processing).
+    steps_open: int = 0
+
+    @property
+    def steps_done(self) -> int:
+        """How many steps have finished (succeeded, failed or cancelled)."""
+        return self.steps_total - self.steps_open
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     from .dialects import AnyDialect
     from .locks import LockHandle
     from .outbox import Outbox
-    from .records import Job, Notification, Schedule
+    from .records import Job, JobResult, Notification, Schedule
+    from .records import Workflow as WorkflowRecord
     from .scheduler import Fire
+    from .workflows import Workflow as WorkflowBuilder
 
 
 class Store:
@@ -85,6 +87,46 @@ class Store:
             return live.to_record()
         dead = DeadJob.objects.using(self.using).filter(id=job_id).first()
         return dead.to_record() if dead is not None else None
+
+    def get_result(self, job_id: int) -> JobResult | None:
+        """Return what became of a job kept with ``keep_result_s``; None when unknown or expired.
+
+        A job still live has no result yet (None); ``get_job`` reads it.
+        """
+        from .results import get_result
+
+        return get_result(self, job_id)
+
+    # --- workflows -------------------------------------------------------------
+
+    def enqueue_workflow(self, workflow: WorkflowBuilder) -> int:
+        """Write ``workflow`` and release the steps that wait on nothing; return its id.
+
+        Checked whole before anything is written (``InvalidWorkflow``,
+        ``InvalidName``, ``InvalidArgument``, ``PayloadError``). Inside
+        ``transaction.atomic()`` it joins the caller's transaction.
+        """
+        from .workflows.service import enqueue_workflow
+
+        return enqueue_workflow(self, workflow)
+
+    def get_workflow(self, workflow_id: int) -> WorkflowRecord | None:
+        """Return the workflow and its steps as they stand, or None. A pure read."""
+        from .workflows.service import get_workflow
+
+        return get_workflow(self, workflow_id)
+
+    def list_workflows(self, *, state: str | None = None, limit: int = 100) -> list[WorkflowRecord]:
+        """Return the newest workflows, of ``state`` when given (their steps left out)."""
+        from .workflows.service import list_workflows
+
+        return list_workflows(self, state=state, limit=limit)
+
+    def cancel_workflow(self, workflow_id: int) -> bool:
+        """Cancel what has not finished of the workflow; False when it had already ended."""
+        from .workflows.service import cancel_workflow
+
+        return cancel_workflow(self, workflow_id)
 
     # --- outbox, locks, schedules ----------------------------------------------
 

@@ -207,7 +207,7 @@ def validate_queue_options(opts: dict[str, Any], *, source: str = "queue option"
             checked[key] = validate_duration(key, value)
         elif key == "priority":
             checked[key] = validate_priority(value)
-        elif key in ("expires_s", "timeout_s"):
+        elif key in ("expires_s", "timeout_s", "keep_result_s"):
             checked[key] = validate_duration(key, value, allow_zero=False, allow_none=True)
         else:
             checked[key] = validate_duration(key, value, allow_none=True)
@@ -215,22 +215,25 @@ def validate_queue_options(opts: dict[str, Any], *, source: str = "queue option"
 
 
 def encode_payload(
-    payload: Any, max_bytes: int, to_json: Callable[[Any], str] = strict_json
+    payload: Any,
+    max_bytes: int,
+    to_json: Callable[[Any], str] = strict_json,
+    *,
+    what: str = "Payload",
 ) -> str:
     """Return ``payload`` as compact JSON text, refusing what cannot be stored.
 
     ``to_json`` is the payload codec's encoder (strict JSON by default); its
-    text is held to the same rules whatever the codec.
+    text is held to the same rules whatever the codec. ``what`` names the
+    value in the errors (a handler's return value is held to the same rules).
     """
     try:
         text = to_json(payload)
     except (TypeError, ValueError, RecursionError) as exc:
-        raise PayloadError(
-            f"Payload {_preview(payload)} cannot be encoded as JSON: {exc}."
-        ) from exc
+        raise PayloadError(f"{what} {_preview(payload)} cannot be encoded as JSON: {exc}.") from exc
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         # PostgreSQL's jsonb cannot store U+0000; refuse it on every engine alike.
-        raise PayloadError(f"Payload {_preview(payload)} contains U+0000, which cannot be stored.")
+        raise PayloadError(f"{what} {_preview(payload)} contains U+0000, which cannot be stored.")
     if "e+" in text:
         # jsonb keeps a number's decimal digits, not its float-ness: 1e+300 would come
         # back as the integer 10**300. The float's exact value with a ".0" comes back equal.
@@ -239,11 +242,11 @@ def encode_payload(
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise PayloadError(
-            f"Payload {_preview(payload)} contains a lone surrogate, which cannot be stored."
+            f"{what} {_preview(payload)} contains a lone surrogate, which cannot be stored."
         ) from exc
     if size > max_bytes:
         raise PayloadError(
-            f"Payload of {size} bytes is larger than MAX_PAYLOAD_BYTES ({max_bytes})."
+            f"{what} of {size} bytes is larger than MAX_PAYLOAD_BYTES ({max_bytes})."
         )
     return text
 

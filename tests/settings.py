@@ -76,7 +76,7 @@ TEMPLATES = [
 ]
 STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-ALKSTORE = {"POLL_INTERVAL_S": 1.0}
+ALKSTORE: dict[str, object] = {"POLL_INTERVAL_S": 1.0}
 if "direct" in DATABASES:
     ALKSTORE["LISTEN_DATABASE"] = "direct"
 LOGGING = {

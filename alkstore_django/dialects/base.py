@@ -73,6 +73,9 @@ JOB_COLUMNS = (
     "snoozes",
     "max_snoozes",
     "unique_key",
+    "workflow_id",
+    "step",
+    "keep_result_s",
 )
 JOB_SELECT = ", ".join(JOB_COLUMNS)
 _new_record = object.__new__
@@ -84,7 +87,7 @@ _RECORD_KEYS = tuple("stored_payload" if name == "payload" else name for name in
 DEAD_COPY = (
     "id, queue, payload, priority, run_at, attempts, max_attempts, "
     "visibility_timeout_s, retry_base_s, expires_at, worker_id, enqueued_at, generation, "
-    "timeout_s, snoozes, max_snoozes, unique_key"
+    "timeout_s, snoozes, max_snoozes, unique_key, workflow_id, step, keep_result_s"
 )
 DEAD_COLUMNS = DEAD_COPY + ", last_error, died_at"
 # What a dead letter becomes when it is requeued: the same id and stamps,
@@ -96,7 +99,8 @@ REQUEUE_COLUMNS = JOB_SELECT
 REQUEUE_SELECT = (
     "id, queue, payload, priority, {now}, 0, max_attempts, visibility_timeout_s, "
     "retry_base_s, CASE WHEN expires_at > {now} THEN expires_at END, 'pending', NULL, NULL, "
-    "last_error, enqueued_at, generation, timeout_s, snoozes, max_snoozes, NULL"
+    "last_error, enqueued_at, generation, timeout_s, snoozes, max_snoozes, NULL, "
+    "workflow_id, step, keep_result_s"
 )
 # What every engine's enqueue writes: the columns, then the stamps' placeholders
 # (``EnqueueStamps.stamp_params`` fills them, in this order).

@@ -295,7 +295,7 @@ def child_main() -> None:
     parent = os.getppid()
     threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
     jobs_r, results_w = (int(fd) for fd in os.environ[FDS_ENV].split(","))
-    from ..executor import has_hooks, run_job
+    from ..executor import run_job, settles_alone
     from ..handlers import registry
 
     _write_all(results_w, _encode({"ready": True}))
@@ -311,9 +311,9 @@ def child_main() -> None:
             snooze = outcome.kind == OutcomeKind.SNOOZE
             answer = {
                 "kind": outcome.kind,
-                # Only a result hook (the Tasks runner's, JSON there) and a snooze's delay
-                # need the value.
-                "value": outcome.value if has_hooks(func) or snooze else None,
+                # Only a result kept (by a hook, a workflow step, keep_result_s; JSON
+                # there) and a snooze's delay need the value.
+                "value": outcome.value if settles_alone(func, job) or snooze else None,
                 "error": outcome.error,
                 "exc_class": outcome.exc_class,
                 "traceback": outcome.traceback,

@@ -22,7 +22,7 @@ from django.db import DatabaseError
 
 from ..error_text import timed_out
 from ..errors import TimeLimitExceeded
-from ..executor import ACK, Outcome, OutcomeKind, Settled, finished, has_hooks, settle
+from ..executor import ACK, Outcome, OutcomeKind, Settled, finished, settle, settles_alone
 from .holdings import Done, Held, Holdings
 from .slots import TIMED_OUT
 
@@ -95,7 +95,7 @@ class Completer:
             if waiting and held.handle.job.queue in waiting:
                 # One of its running jobs finished here: its place may be free.
                 self.controls.hold(held.handle.job.queue, None)
-            if done.outcome.kind == ACK and not has_hooks(held.handler):
+            if done.outcome.kind == ACK and not settles_alone(held.handler, held.handle.job):
                 if not self.acks:
                     self._acks_since = time.monotonic()
                 self.acks.append(done)

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..error_text import describe
 from ..errors import TimeLimitExceeded
-from ..executor import ACK, Outcome, has_hooks, run_job
+from ..executor import ACK, Outcome, run_job, settles_alone
 from ..records import Job
 from .children import Child, ChildGone
 from .slots import RETURNED, RUNNING, ClaimSlots
@@ -71,7 +71,7 @@ class ThreadLane:
         self.inside = -1
         if self.stopping:
             self._stopped()
-        if outcome.kind == ACK and not has_hooks(func):
+        if outcome.kind == ACK and not settles_alone(func, job):
             # Should the process die before the ack commits, its sentinel acks it.
             self.slots.mark(slot, RETURNED)
         return outcome
@@ -160,7 +160,7 @@ class ProcessLane(ThreadLane):
                 outcome.error,
             )
             self._child = None
-        elif outcome.kind == ACK and not has_hooks(func):
+        elif outcome.kind == ACK and not settles_alone(func, job):
             self.slots.mark(slot, RETURNED)
         self._recycle_if_due()
         return outcome

@@ -12,7 +12,11 @@ when its interval has passed:
   (a queue whose workers are gone would keep them processing for ever);
 - ``purge_attempts``: the attempt history of jobs that are gone;
 - ``purge_workers``: the rows of workers long silent;
-- ``prune_throughput``: the per-minute throughput counters past a day (hourly).
+- ``prune_throughput``: the per-minute throughput counters past a day (hourly);
+- ``settle_workflows``: the steps whose job left by a path that is not an
+  outcome (an expiry, a dead worker's last attempt, an operator's delete);
+- ``prune_results``: kept job results past their ``expires_at``, and finished
+  workflows past ``WORKFLOW_RETENTION_S``.
 
 A chore that fails with a database error is, like the sweep it came from,
 tried again on the loop's next round, after the loop's back-off; the
@@ -28,11 +32,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import presence
+from .. import presence, results
 from ..conf import app_settings
 from ..history import purge_orphaned_attempts
 from ..throughput import PRUNE_INTERVAL_S
 from ..throughput import prune_throughput as prune_counters
+from ..workflows.progress import prune_finished, settle_orphans
 
 if TYPE_CHECKING:
     from ..queues import Queue
@@ -89,6 +94,19 @@ def prune_throughput(store: Store, queues: Sequence[Queue]) -> None:
     prune_counters(store.using)
 
 
+def settle_workflows(store: Store, queues: Sequence[Queue]) -> None:
+    """Finish the workflow steps whose job left without an outcome of its own."""
+    settled = settle_orphans(store)
+    if settled:
+        logger.info("settled workflow steps count=%d (jobs gone by a sweep or a cancel)", settled)
+
+
+def prune_results(store: Store, queues: Sequence[Queue]) -> None:
+    """Delete kept results past their expiry and finished workflows past their retention."""
+    results.prune(store)
+    prune_finished(store)
+
+
 @dataclass
 class Chore:
     """One periodic chore: ``run`` every ``interval_s`` seconds (monotonic ``next_at``)."""
@@ -128,6 +146,8 @@ class Upkeep:
             Chore("purge_attempts", purge_attempts, sweep_interval_s),
             Chore("purge_workers", purge_workers, sweep_interval_s),
             Chore("prune_throughput", prune_throughput, PRUNE_INTERVAL_S, False),
+            Chore("settle_workflows", settle_workflows, sweep_interval_s),
+            Chore("prune_results", prune_results, sweep_interval_s),
         ]
         self._next_at = 0.0
 

@@ -97,5 +97,30 @@ def spin(job):
             SPINNING[job.id] -= 1
 
 
+@handler("t.wf")
+def workflow_step(job):
+    """A workflow step: record the run, then do what the payload says.
+
+    ``fail``: raise (retried, then dead-lettered); ``sleep_s``: sleep first;
+    ``bad_return``: return a value that is not JSON. It returns its step's
+    name, its ``workflow_id``, and the results of the steps it waited on, read
+    through ``get_workflow``.
+    """
+    from alkstore_django import store
+
+    record(job)
+    payload = job.payload or {}
+    time.sleep(float(payload.get("sleep_s", 0)))
+    if payload.get("fail"):
+        raise ValueError(f"step {job.step} failed")
+    if payload.get("bad_return"):
+        return {1, 2}
+    seen = {}
+    if job.workflow_id is not None:
+        workflow = store.get_workflow(job.workflow_id)
+        seen = {name: workflow.steps[name].result for name in workflow.steps[job.step].after}
+    return {"step": job.step, "workflow_id": job.workflow_id, "seen": seen}
+
+
 # The chaos, hostile-handler and process-pool suites' handlers.
 from . import chaos_jobs, hostile_jobs, pool_jobs  # noqa: E402, F401

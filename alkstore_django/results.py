@@ -1,0 +1,92 @@
+"""Kept results: what became of a job enqueued with ``keep_result_s``, for that long.
+
+A result is written in the transaction that decides the job's end (its ack,
+its move to the dead letters, its cancel), so it exists exactly when that
+end does. A requeued dead letter is live again: its result goes. The
+workers' upkeep deletes results past their ``expires_at``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from .conf import app_settings
+from .models import JobResult, ResultState
+from .validation import encode_payload, validate_int
+
+if TYPE_CHECKING:
+    from .records import Job
+    from .records import JobResult as JobResultRecord
+    from .store import Store
+
+__all__ = ["encode_result", "forget", "get_result", "keep", "keep_row", "prune"]
+
+
+def encode_result(value: Any) -> Any:
+    """Return ``value`` as it will be stored; raise ``PayloadError`` naming it when it is not JSON.
+
+    Held to the payload's rules (strict JSON, ``MAX_PAYLOAD_BYTES``): a value
+    that could not be read back the same is refused, and the attempt fails.
+    """
+    text = encode_payload(value, app_settings.max_payload_bytes, what="Return value")
+    return json.loads(text)
+
+
+def keep(
+    store: Store,
+    job: Job,
+    state: ResultState,
+    *,
+    value: Any = None,
+    error: str | None = None,
+) -> None:
+    """Write ``job``'s result, kept ``job.keep_result_s`` from now (database clock)."""
+    keep_row(store, job.id, job.queue, job.attempts, job.keep_result_s, state, value, error)
+
+
+def keep_row(
+    store: Store,
+    job_id: int,
+    queue: str,
+    attempts: int,
+    keep_result_s: float | None,
+    state: ResultState,
+    value: Any = None,
+    error: str | None = None,
+) -> None:
+    """Write the result of job ``job_id`` (``keep``'s fields one by one, for a row read raw)."""
+    assert keep_result_s is not None
+    now = store.dialect.database_now()
+    JobResult.objects.using(store.using).create(
+        job_id=job_id,
+        queue=queue,
+        state=state,
+        value=value,
+        error=error,
+        attempts=attempts,
+        finished_at=now,
+        expires_at=now + timedelta(seconds=keep_result_s),
+    )
+
+
+def get_result(store: Store, job_id: int) -> JobResultRecord | None:
+    """Return the kept result of job ``job_id``; None when unknown, still live, or expired."""
+    store.check_open()
+    validate_int("job id", job_id, minimum=-(2**63), maximum=2**63 - 1)
+    now = store.dialect.database_now()
+    row = JobResult.objects.using(store.using).filter(job_id=job_id, expires_at__gt=now).first()
+    return row.to_record() if row is not None else None
+
+
+def forget(using: str, job_ids: list[int]) -> None:
+    """Delete the results of jobs that are live again (requeued dead letters)."""
+    JobResult.objects.using(using).filter(job_id__in=job_ids).delete()
+
+
+def prune(store: Store) -> int:
+    """Delete the results past their ``expires_at``; return how many."""
+    now = store.dialect.database_now()
+    deleted, _ = JobResult.objects.using(store.using).filter(expires_at__lte=now).delete()
+    return deleted
