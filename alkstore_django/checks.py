@@ -173,14 +173,14 @@ def _check_queues(raw: dict[str, Any]) -> list[checks.CheckMessage]:
 
 
 def _check_intervals(raw: dict[str, Any]) -> list[checks.CheckMessage]:
-    """Refuse a poll, sweep or worker interval that is not a positive number (E004)."""
+    """Refuse an interval or a retention that is not a positive number of seconds (E004)."""
     return [
         _error(
             f"ALKSTORE[{key!r}] is {raw[key]!r}.",
             "Expected a positive number of seconds.",
             "alkstore.E004",
         )
-        for key in ("POLL_INTERVAL_S", "SWEEP_INTERVAL_S", "WORKER_TTL_S")
+        for key in ("POLL_INTERVAL_S", "SWEEP_INTERVAL_S", "WORKER_TTL_S", "WORKFLOW_RETENTION_S")
         if key in raw and not _positive_number(raw[key])
     ]
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
-from django.db import InterfaceError, OperationalError, close_old_connections, transaction
+from django.db import InterfaceError, OperationalError, close_old_connections
 
 from . import results
 from .error_text import (
@@ -281,7 +281,8 @@ def _apply(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> Settle
     if kind == OutcomeKind.RELEASE:
         # One statement, no hook: no transaction of its own.
         return Settled.RELEASED if handle.release() else Settled.LOST
-    with transaction.atomic(using=using):
+    # Begun with the write lock on SQLite: a workflow step reads its workflow before it writes.
+    with handle.queue.store.dialect.atomic_write():
         # A step's workflow is locked before its job: the one lock order (workflows.progress).
         workflow = lock(using, [job.workflow_id])[0] if job.workflow_id is not None else None
         result = _apply_outcome(handle, outcome, func, using)

@@ -13,8 +13,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from django.db import transaction
-
 from . import results
 from .conf import app_settings
 from .errors import AlkstoreError, InvalidArgument
@@ -116,7 +114,8 @@ def requeue_dead(
     selected = None if ids is None else _ids(ids)
     total = 0
     woken: set[str] = set()
-    with sql.write_transaction() as cursor:
+    # An ORM-joinable write transaction: the resume of workflow steps opens atomic blocks.
+    with sql.atomic_write(), sql.connection.cursor() as cursor:
         if selected is None:
             assert queue is not None
             after_id = -(2**63)
@@ -279,7 +278,7 @@ def cancel_jobs(ids: Iterable[int], *, using: str | None = None) -> int:
     alias = _alias(using)
     store = Store(alias)
     total = 0
-    with transaction.atomic(using=alias):
+    with store.dialect.atomic_write():
         for chunk in _chunks(_ids(ids), DEFAULT_BATCH_SIZE):
             with cancelling(store, chunk):
                 deleted, _ = Job.objects.using(alias).filter(id__in=chunk).delete()

@@ -250,7 +250,7 @@ class Queue:
 
     def _write_kept(self, stamps: EnqueueStamps, encoded: list[str], keep_s: float) -> list[int]:
         """Write jobs whose results are kept: the insert, then their mark, in one transaction."""
-        with transaction.atomic(using=self.store.using):
+        with self.store.dialect.atomic_write():
             ids = self.write_encoded(encoded, stamps=stamps)
             self._mark_kept(ids, keep_s)
         if job_enqueued.receivers:

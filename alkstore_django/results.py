@@ -13,12 +13,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .conf import app_settings
-from .models import JobResult, ResultState
+from .models import DeadJob, JobResult, ResultState
+from .records import JobResult as JobResultRecord
 from .validation import encode_payload, validate_int
 
 if TYPE_CHECKING:
     from .records import Job
-    from .records import JobResult as JobResultRecord
     from .store import Store
 
 __all__ = ["encode_result", "forget", "get_result", "keep", "keep_row", "prune"]
@@ -72,12 +72,34 @@ def keep_row(
 
 
 def get_result(store: Store, job_id: int) -> JobResultRecord | None:
-    """Return the kept result of job ``job_id``; None when unknown, still live, or expired."""
+    """Return the kept result of job ``job_id``; None when unknown, still live, or expired.
+
+    A job dead-lettered by a sweep (an expiry, a dead worker's last attempt)
+    has no result row, as no outcome of its own moved it: its dead letter
+    answers, kept as long as a result would be.
+    """
     store.check_open()
     validate_int("job id", job_id, minimum=-(2**63), maximum=2**63 - 1)
     now = store.dialect.database_now()
     row = JobResult.objects.using(store.using).filter(job_id=job_id, expires_at__gt=now).first()
-    return row.to_record() if row is not None else None
+    if row is not None:
+        return row.to_record()
+    dead = DeadJob.objects.using(store.using).filter(id=job_id, keep_result_s__isnull=False).first()
+    if dead is None or dead.keep_result_s is None:
+        return None
+    expires_at = dead.died_at + timedelta(seconds=dead.keep_result_s)
+    if expires_at <= now:
+        return None
+    return JobResultRecord(
+        job_id=dead.id,
+        queue=dead.queue,
+        state="failed",
+        value=None,
+        error=dead.last_error,
+        attempts=dead.attempts,
+        finished_at=dead.died_at,
+        expires_at=expires_at,
+    )
 
 
 def forget(using: str, job_ids: list[int]) -> None:

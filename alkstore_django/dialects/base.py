@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -213,8 +213,15 @@ class Dialect(ABC):
 
         Default: Django's ``atomic()``, whose row locks are the engine's.
         """
-        with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
+        with self.atomic_write(), self.connection.cursor() as cursor:
             yield cursor
+
+    def atomic_write(self) -> AbstractContextManager[Any]:
+        """Return Django's ``atomic()`` for a transaction that will write, ORM calls and all.
+
+        Default: ``atomic()`` itself. SQLite takes its write lock up front there.
+        """
+        return transaction.atomic(using=self.using)
 
     # --- engine hooks each engine supplies -------------------------------------------
 

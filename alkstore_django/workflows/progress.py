@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
 from .. import results
@@ -222,7 +221,7 @@ def settle_orphans(store: Store) -> int:
     rows: list[dict[str, Any]] = [
         {"id": o["job_id"], "workflow_id": o["workflow_id"], "step": o["name"]} for o in orphans
     ]
-    with transaction.atomic(using=using):
+    with store.dialect.atomic_write():
         lock(using, [row["workflow_id"] for row in rows])
         # Under the locks, only those still orphaned: an ack may have finished one since.
         still = set(
@@ -326,7 +325,7 @@ def cancelling(store: Store, ids: Sequence[int]) -> Iterator[None]:
     ``cancelled`` result when it keeps one. A plain job costs one read.
     """
     using = store.using
-    with transaction.atomic(using=using):
+    with store.dialect.atomic_write():
         rows: list[dict[str, Any]] = [
             dict(row)
             for row in Job.objects.using(using)
@@ -365,7 +364,7 @@ def prune_finished(store: Store) -> int:
     ids = list(old.values_list("id", flat=True)[:1000])
     if not ids:
         return 0
-    with transaction.atomic(using=store.using):
+    with store.dialect.atomic_write():
         WorkflowStep.objects.using(store.using).filter(workflow_id__in=ids).delete()
         Workflow.objects.using(store.using).filter(id__in=ids).delete()
     return len(ids)

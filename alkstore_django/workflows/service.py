@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
-
 from .. import records
 from ..conf import app_settings
 from ..errors import InvalidWorkflow
@@ -43,7 +41,7 @@ def enqueue_workflow(store: Store, workflow: Workflow) -> int:
         encoded[name] = encode_payload(step.payload, limit, to_json)
     dependants = workflow.dependants()
     using = store.using
-    with transaction.atomic(using=using):
+    with store.dialect.atomic_write():
         row = WorkflowRow.objects.using(using).create(
             name=workflow.name, steps_total=len(order), steps_open=len(order)
         )
@@ -113,7 +111,7 @@ def cancel_workflow(store: Store, workflow_id: int) -> bool:
     store.check_open()
     validate_int("workflow id", workflow_id, minimum=-(2**63), maximum=2**63 - 1)
     using = store.using
-    with transaction.atomic(using=using):
+    with store.dialect.atomic_write():
         locked = lock(using, [workflow_id])
         if not locked or locked[0].state != WorkflowState.RUNNING:
             return False

@@ -29,7 +29,8 @@ def test_job_from_row__builds_the_record_its_constructor_builds():
         "attempts": 2, "max_attempts": 5, "visibility_timeout_s": 30.0, "retry_base_s": 1.5,
         "expires_at": None, "state": "processing", "worker_id": "w", "claim_expires_at": now,
         "last_error": "ValueError: x", "enqueued_at": now, "generation": 9, "timeout_s": 2.5,
-        "snoozes": 1, "max_snoozes": 4, "unique_key": "k",
+        "snoozes": 1, "max_snoozes": 4, "unique_key": "k", "workflow_id": 11, "step": "s",
+        "keep_result_s": 60.0,
     }  # fmt: skip
     row = [values[name] for name in JOB_COLUMNS]
     built = store.dialect.job_from_row(row)
@@ -67,7 +68,7 @@ def test_run_job__tidies_connections_first_only_after_an_idle_spell(idle_s, tidi
         wrapper.ensure_connection()
         wrapper.close_at = time.monotonic() - 1  # past its maximum age
         executor._tidied.at = time.monotonic() - idle_s
-        job = store.dialect.job_from_row([None] * 2 + ["null"] + [None] * 17)
+        job = store.dialect.job_from_row([None] * 2 + ["null"] + [None] * (len(JOB_COLUMNS) - 3))
         seen["outcome"] = executor.run_job(handler, job).kind
         connections.close_all()
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.core import checks
+from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
 from ...conf import app_settings
@@ -121,6 +122,30 @@ class SqliteDialect(
                 cursor.execute("ROLLBACK", [])
                 raise
             cursor.execute("COMMIT", [])
+
+    @contextmanager
+    def atomic_write(self) -> Iterator[None]:
+        """Django's ``atomic()``, begun ``IMMEDIATE`` whatever ``transaction_mode`` says.
+
+        For a write transaction with ORM calls in it (a requeue that resumes
+        workflow steps, a cancel): those open ``atomic()`` blocks of their own,
+        which the raw ``BEGIN IMMEDIATE`` of ``write_transaction`` would not
+        let them join. Django reads ``transaction_mode`` at each ``BEGIN``.
+        """
+        connection = self.connection
+        if connection.in_atomic_block:
+            with transaction.atomic(using=self.using):
+                yield
+            return
+        connection.ensure_connection()
+        mode = connection.transaction_mode
+        connection.transaction_mode = "IMMEDIATE"
+        try:
+            with transaction.atomic(using=self.using):
+                connection.transaction_mode = mode
+                yield
+        finally:
+            connection.transaction_mode = mode
 
     def now_sql(self) -> tuple[str, list[Any]]:
         return NOW, []
