@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.utils.timezone import is_aware, localtime
 
 from .records import Settled
 
 if TYPE_CHECKING:
+    from .records import Workflow, WorkflowStep
     from .throughput import ThroughputMinute
 
 ERROR_PREVIEW_CHARS = 80
+RESULT_PREVIEW_CHARS = 60
 CHART_WIDTH = 720
 CHART_HEIGHT = 180
 CHART_LEFT = 40
@@ -120,3 +123,60 @@ def throughput_chart(buckets: Sequence[ThroughputMinute]) -> Chart:
         total_acked=sum(b.acked for b in buckets),
         total_dead=sum(b.dead for b in buckets),
     )
+
+
+# --- workflows on the command line -------------------------------------------------
+
+WORKFLOW_COLUMNS = ("id", "name", "state", "steps done", "created", "finished")
+STEP_COLUMNS = ("step", "queue", "state", "after", "job", "error", "result")
+
+
+def compact_json(value: Any, limit: int = RESULT_PREVIEW_CHARS) -> str:
+    """Return ``value`` as one line of JSON, cut to ``limit`` characters (… marks a cut).
+
+    None (a step without a result) is ``-``.
+    """
+    if value is None:
+        return "-"
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+
+
+def workflow_row(workflow: Workflow) -> tuple[str, ...]:
+    """Return ``workflow``'s row under ``WORKFLOW_COLUMNS``."""
+    return (
+        str(workflow.id),
+        workflow.name or "-",
+        workflow.state,
+        f"{workflow.steps_done}/{workflow.steps_total}",
+        format_timestamp(workflow.created_at),
+        format_timestamp(workflow.finished_at),
+    )
+
+
+def step_row(step: WorkflowStep) -> tuple[str, ...]:
+    """Return ``step``'s row under ``STEP_COLUMNS``: its error's last line, its result cut short."""
+    return (
+        step.name,
+        step.queue,
+        step.state,
+        ", ".join(step.after) or "-",
+        "-" if step.job_id is None else str(step.job_id),
+        error_summary(step.error) or "-",
+        compact_json(step.result),
+    )
+
+
+def workflow_data(workflow: Workflow, *, with_steps: bool = True) -> dict[str, Any]:
+    """Return ``workflow`` as JSON-ready data: its fields, ``steps_done``, its steps in order.
+
+    The steps are a list (each with its ``name``) in the order they were
+    written, parents before their dependants; without ``with_steps`` (a
+    listing, whose records have none) the key is left out.
+    """
+    data = asdict(workflow)
+    data["steps_done"] = workflow.steps_done
+    data["steps"] = [asdict(step) for step in workflow.steps.values()]
+    if not with_steps:
+        del data["steps"]
+    return data

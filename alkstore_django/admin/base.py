@@ -2,8 +2,9 @@
 timestamps to the second, History entries, and a clear 400 for a NUL in the query string.
 
 Every page (``dead_letters``, ``live_jobs``, ``locks``, ``queue_controls``,
-``schedules``, ``workers``, ``tasks.admin``) builds on these; a page added later
-gets the same behaviour by extending ``AlkstoreModelAdmin``.
+``results``, ``schedules``, ``workers``, ``workflows``, ``tasks.admin``) builds on
+these; a page added later gets the same behaviour by extending
+``AlkstoreModelAdmin``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.contrib.admin.models import CHANGE, LogEntry
@@ -18,6 +20,7 @@ from django.contrib.auth import get_permission_codename
 from django.core.exceptions import FieldDoesNotExist
 from django.db.models import DateTimeField, Model, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
@@ -48,6 +51,21 @@ def breakable(text: str) -> str:
     """
     parts = [part for part in _BREAK_AFTER.split(text) if part]
     return format_html_join(mark_safe("<wbr>"), "{}", ((part,) for part in parts))
+
+
+def workflow_step_link(workflow_id: int | None, step: str | None) -> str:
+    """Return a job's workflow and step as a link to the step on its workflow's page; - if none."""
+    if workflow_id is None:
+        return "-"
+    url = reverse("admin:alkstore_django_workflow_change", args=[workflow_id])
+    query = urlencode({"step": step or ""})
+    return format_html(
+        '<a href="{}?{}#alk-selected-step">step {} of workflow {}</a>',
+        url,
+        query,
+        repr(step),
+        workflow_id,
+    )
 
 
 def seconds_column(model: type[Model], name: str) -> Callable[[Model], str]:
@@ -159,5 +177,5 @@ class JobIdSearchMixin:
         job_id = parse_id(search_term)
         if job_id is not None:
             # Both sides start from the filtered queryset, so list filters still apply.
-            found |= queryset.filter(id=job_id)
+            found |= queryset.filter(pk=job_id)
         return found, may_have_duplicates

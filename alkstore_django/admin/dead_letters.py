@@ -27,11 +27,12 @@ from ..conf import app_settings
 from ..display import error_summary, format_timestamp
 from ..history import attempts_of
 from ..models import DeadJob, Job
-from .base import AlkstoreModelAdmin, JobIdSearchMixin
+from .base import AlkstoreModelAdmin, JobIdSearchMixin, workflow_step_link
 from .base import has_perm as _has_perm
 from .base import pre as _pre
 from .overview import OverviewViews
 from .queue_controls import QueueControlViews
+from .results import kept_result
 
 REQUEUED = "Requeued: pending, due now."
 
@@ -70,10 +71,12 @@ class DeadJobAdmin(OverviewViews, QueueControlViews, JobIdSearchMixin, AlkstoreM
     fields = (
         "id",
         "queue",
+        "workflow_step",
         "died_at",
         "attempts",
         "error_full",
         "attempt_history",
+        "result_kept",
         "payload_pretty",
         "max_attempts",
         "priority",
@@ -93,6 +96,14 @@ class DeadJobAdmin(OverviewViews, QueueControlViews, JobIdSearchMixin, AlkstoreM
     @admin.display(description="error")
     def error_full(self, obj: DeadJob) -> str:
         return _pre(obj.last_error or "")
+
+    @admin.display(description="workflow")
+    def workflow_step(self, obj: DeadJob) -> str:
+        return workflow_step_link(obj.workflow_id, obj.step)
+
+    @admin.display(description="kept result")
+    def result_kept(self, obj: DeadJob) -> str:
+        return kept_result(obj)
 
     @admin.display(description="payload")
     def payload_pretty(self, obj: DeadJob) -> str:

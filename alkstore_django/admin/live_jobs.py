@@ -19,7 +19,7 @@ from django.utils.html import format_html
 from .. import operations
 from ..display import format_timestamp
 from ..models import Job, JobState
-from .base import WARNING_MARK, AlkstoreModelAdmin, JobIdSearchMixin
+from .base import WARNING_MARK, AlkstoreModelAdmin, JobIdSearchMixin, workflow_step_link
 from .base import has_perm as _has_perm
 from .base import pre as _pre
 
@@ -59,6 +59,7 @@ class JobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
     readonly_fields = (
         "id",
         "queue",
+        "workflow_step",
         "state",
         "attempts",
         "max_attempts",
@@ -73,6 +74,7 @@ class JobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
         "retry_base_s",
         "last_error",
         "unique_key",
+        "result_kept",
         "payload_pretty",
     )
     fields = readonly_fields
@@ -102,6 +104,17 @@ class JobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
         if getattr(obj, "is_overdue", False):
             return format_html("{} " + WARNING_MARK, when, "alk-overdue", "overdue")
         return when
+
+    @admin.display(description="workflow")
+    def workflow_step(self, obj: Job) -> str:
+        return workflow_step_link(obj.workflow_id, obj.step)
+
+    @admin.display(description="result")
+    def result_kept(self, obj: Job) -> str:
+        """A live job has no result yet: whether one will be kept, and for how long."""
+        if obj.keep_result_s is None:
+            return "not kept (enqueued without keep_result_s)"
+        return f"keeps its result for {obj.keep_result_s:g} s once it has finished"
 
     @admin.display(description="payload")
     def payload_pretty(self, obj: Job) -> str:

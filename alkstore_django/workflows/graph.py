@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -114,11 +115,12 @@ class Workflow:
                         "or remove it from after."
                     )
         blocked = {name: len(step.after) for name, step in self.steps.items()}
-        ready = [name for name, count in blocked.items() if count == 0]
+        ready = deque(name for name, count in blocked.items() if count == 0)
         dependants = self.dependants()
         order: list[str] = []
+        # First in, first out: siblings keep the order they were added in.
         while ready:
-            name = ready.pop()
+            name = ready.popleft()
             order.append(name)
             for child in dependants[name]:
                 blocked[child] -= 1

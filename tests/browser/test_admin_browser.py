@@ -286,3 +286,87 @@ def drive(
     assert overflow <= 0, f"the task-results table is {overflow} px too wide at 1400 px"
     page.screenshot(path=str(screenshots / "task-results.png"))
     page.close()
+
+
+def populate_workflows() -> int:
+    """Workflows in each state; return the diamond whose ``large`` step failed."""
+    from alkstore_django import Workflow
+    from alkstore_django.testing import run_ready_jobs
+
+    wf = Workflow("resize-upload-42")
+    wf.add("extract", queue="t.wf", payload={"file": 42})
+    wf.add("small", queue="t.wf", payload={"px": 64}, after=["extract"])
+    wf.add("large", queue="t.wf", payload={"px": 512, "fail": True}, after=["extract"],
+           max_attempts=1)  # fmt: skip
+    wf.add("notify", queue="t.wf", payload={"user": 5}, after=["small", "large"])
+    wf.add("cleanup", queue="t.wf", after=["notify"], on_upstream_failure="run")
+    diamond = store.enqueue_workflow(wf)
+    chain = Workflow("nightly-report")
+    chain.add("collect", queue="t.wf")
+    chain.add("render", queue="t.wf", after=["collect"])
+    chain.add("mail", queue="t.wf", after=["render"])
+    store.enqueue_workflow(chain)
+    run_ready_jobs(["t.wf"])
+    abandoned = Workflow("reindex-catalogue")
+    abandoned.add("scan", queue="t.wf", delay_s=3600)
+    abandoned.add("index", queue="t.wf", after=["scan"])
+    store.cancel_workflow(store.enqueue_workflow(abandoned))
+    fan_out = Workflow("thumbnails-for-import-7")
+    fan_out.add("split", queue="t.wf", delay_s=3600)
+    for n in range(200):
+        fan_out.add(f"thumb-{n}", queue="t.wf", after=["split"])
+    fan_out.add("publish", queue="t.wf", after=[f"thumb-{n}" for n in range(200)])
+    store.enqueue_workflow(fan_out)
+    return diamond
+
+
+@pytest.mark.django_db(transaction=True)
+def test_operator_reads_a_failed_workflow_and_follows_its_steps(live_server, screenshots):
+    diamond = populate_workflows()
+    User.objects.create_superuser("operator", "ops@example.com", PASSWORD)
+    dead_step = DeadJob.objects.get(workflow_id=diamond, step="large").id
+    base = live_server.url
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(f"{base}/admin/login/?next=/admin/")
+        page.fill("#id_username", "operator")
+        page.fill("#id_password", PASSWORD)
+        page.click("input[type=submit]")
+        page.wait_for_url("**/admin/")
+
+        page.goto(f"{base}/admin/alkstore_django/workflow/")
+        assert page.locator("#result_list tbody tr").count() == 4
+        row = page.locator("#result_list tbody tr", has_text="resize-upload-42")
+        assert row.locator("td.field-steps_done").inner_text() == "5 of 5"
+        assert row.locator("td.field-state_mark").inner_text() == "failed"
+        page.screenshot(path=str(screenshots / "workflows.png"))
+
+        row.locator("th a").click()
+        page.wait_for_selector("#alk-graph")
+        boxes = page.locator("#alk-graph g.alk-step")
+        assert boxes.count() == 5
+        fills = {
+            name: page.locator(f'#alk-graph g[data-step="{name}"] rect').evaluate(
+                "el => getComputedStyle(el).fill"
+            )
+            for name in ("extract", "large", "notify")
+        }
+        assert fills == {
+            "extract": "rgb(46, 125, 50)",
+            "large": "rgb(186, 33, 33)",
+            "notify": "rgb(85, 85, 85)",
+        }
+        assert page.locator("#alk-graph path.alk-edge").count() == 5
+        # The graph fits the content area at 1440 px: no sideways scroll.
+        overflow = page.locator(".alk-graph-wrap").evaluate("el => el.scrollWidth - el.clientWidth")
+        assert overflow <= 0, f"the graph is {overflow} px too wide"
+        page.screenshot(path=str(screenshots / "workflow.png"), full_page=True)
+
+        # The failed step's box leads to its dead letter, which links back to the step.
+        page.locator('#alk-graph g[data-step="large"]').click()
+        page.wait_for_url(f"**/admin/alkstore_django/deadjob/{dead_step}/change/")
+        page.locator(".field-workflow_step a").click()
+        page.wait_for_selector("#alk-selected-step")
+        assert page.locator("#alk-selected-step th").inner_text() == "large"
+        assert page.locator('#alk-graph g.alk-selected[data-step="large"]').count() == 1
+        page.close()

@@ -1,4 +1,4 @@
-"""``manage.py alkstore``: stats, pause/resume, dead letters, requeue, retry, schedules."""
+"""``manage.py alkstore``: queues, dead letters, retries, schedules, workflows, kept results."""
 
 from __future__ import annotations
 
@@ -14,10 +14,20 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from ... import operations
 from ...conf import app_settings
-from ...display import error_summary, format_age, format_timestamp
+from ...display import (
+    STEP_COLUMNS,
+    WORKFLOW_COLUMNS,
+    error_summary,
+    format_age,
+    format_timestamp,
+    step_row,
+    workflow_data,
+    workflow_row,
+)
 from ...errors import AlkstoreError
 from ...history import attempts_of
 from ...records import Job, Schedule
+from ...store import Store
 from ..arguments import accept_common_options, add_ids_option, database_alias, positive_int
 from ..service import require_migrated
 
@@ -39,7 +49,8 @@ def _listed(ids: Sequence[int]) -> str:
 class Command(BaseCommand):
     help = (
         "Inspect and repair queues: stats, pause, resume, dead letters (list, show), requeue, "
-        "retry (jobs waiting for a retry, due now), purge-dead, schedules."
+        "retry (jobs waiting for a retry, due now), purge-dead, schedules, workflows (list, show, "
+        "cancel), kept job results."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -98,8 +109,35 @@ class Command(BaseCommand):
             required=True,
             help="Age such as 30s, 15m, 12h or 7d: dead letters that died longer ago go.",
         )
+        self._add_workflow_commands(sub)
         for subparser in [*sub.choices.values(), *dead_sub.choices.values()]:
             accept_common_options(subparser)
+
+    @staticmethod
+    def _add_workflow_commands(sub: Any) -> None:
+        workflows = sub.add_parser("workflows", help="The newest workflows, newest first.")
+        workflows.add_argument(
+            "--state", default=None, help="Only these: running, succeeded, failed or cancelled."
+        )
+        workflows.add_argument(
+            "--limit",
+            type=positive_int(operations.MAX_LIST_LIMIT),
+            default=operations.DEFAULT_LIST_LIMIT,
+            help=f"How many (default {operations.DEFAULT_LIST_LIMIT}).",
+        )
+        workflows.add_argument("--json", action="store_true", help="Print JSON for machines.")
+        workflow = sub.add_parser("workflow", help="One workflow and its steps, in order.")
+        workflow.add_argument("id", type=int, help="The workflow's id.")
+        workflow.add_argument("--json", action="store_true", help="Print JSON for machines.")
+        cancel = sub.add_parser(
+            "cancel-workflow", help="Cancel a workflow's unfinished steps (running ones finish)."
+        )
+        cancel.add_argument("id", type=int, help="The workflow's id.")
+        result = sub.add_parser(
+            "result", help="What became of a job enqueued with keep_result_s, and its value."
+        )
+        result.add_argument("job_id", type=int, help="The job's id.")
+        result.add_argument("--json", action="store_true", help="Print JSON for machines.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         using = options["database"] or app_settings.database
@@ -120,6 +158,16 @@ class Command(BaseCommand):
                 self.requeue(using, options["queue"], options["ids"], dry_run=options["dry_run"])
             elif command == "retry":
                 self.retry(using, options["queue"], options["ids"])
+            elif command == "workflows":
+                self.workflows(
+                    Store(using), options["state"], options["limit"], as_json=options["json"]
+                )
+            elif command == "workflow":
+                self.workflow(Store(using), options["id"], as_json=options["json"])
+            elif command == "cancel-workflow":
+                self.cancel_workflow(Store(using), options["id"])
+            elif command == "result":
+                self.result(Store(using), options["job_id"], as_json=options["json"])
             else:
                 self.purge(using, options["queue"], options["older_than"])
         except AlkstoreError as exc:
@@ -264,6 +312,82 @@ class Command(BaseCommand):
                 f"{error_summary(a.error)}"
             )
 
+    def workflows(self, store: Store, state: str | None, limit: int, *, as_json: bool) -> None:
+        workflows = store.list_workflows(state=state, limit=limit)
+        if as_json:
+            self._json([workflow_data(w, with_steps=False) for w in workflows])
+            return
+        if not workflows:
+            self.stdout.write("No workflows." if state is None else f"No {state} workflows.")
+            return
+        self._table(WORKFLOW_COLUMNS, [workflow_row(w) for w in workflows], "rlllll")
+
+    def workflow(self, store: Store, workflow_id: int, *, as_json: bool) -> None:
+        workflow = store.get_workflow(workflow_id)
+        if workflow is None:
+            raise CommandError(f"No workflow {workflow_id}.")
+        if as_json:
+            self._json(workflow_data(workflow))
+            return
+        self._fields(
+            ("id", str(workflow.id)),
+            ("name", workflow.name or "-"),
+            ("state", workflow.state),
+            ("steps done", f"{workflow.steps_done} of {workflow.steps_total}"),
+            ("created", format_timestamp(workflow.created_at)),
+            ("finished", format_timestamp(workflow.finished_at)),
+        )
+        self.stdout.write("")
+        self._table(STEP_COLUMNS, [step_row(s) for s in workflow.steps.values()], "llllrll")
+
+    def cancel_workflow(self, store: Store, workflow_id: int) -> None:
+        if store.cancel_workflow(workflow_id):
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"Cancelled workflow {workflow_id}: its unfinished steps are cancelled and "
+                    "their jobs deleted; a step already running finishes."
+                )
+            )
+            return
+        workflow = store.get_workflow(workflow_id)
+        if workflow is None:
+            raise CommandError(f"No workflow {workflow_id}.")
+        self.stdout.write(
+            f"Workflow {workflow_id} had already finished ({workflow.state}): nothing cancelled."
+        )
+
+    def result(self, store: Store, job_id: int, *, as_json: bool) -> None:
+        result = store.get_result(job_id)
+        if result is None:
+            job = store.get_job(job_id)
+            if job is not None and job.state != "dead":
+                raise CommandError(f"No result for job {job_id} yet: it is {job.state}.")
+            raise CommandError(
+                f"No result for job {job_id}: unknown, expired, or not kept "
+                "(enqueue it with keep_result_s to keep one)."
+            )
+        if as_json:
+            self._json(asdict(result))
+            return
+        self._fields(
+            ("job id", str(result.job_id)),
+            ("queue", result.queue),
+            ("state", result.state),
+            ("attempts", str(result.attempts)),
+            ("finished at", format_timestamp(result.finished_at)),
+            ("expires at", format_timestamp(result.expires_at)),
+        )
+        self.stdout.write("value:")
+        self.stdout.write(json.dumps(result.value, indent=2, ensure_ascii=False, sort_keys=True))
+        self.stdout.write("error:")
+        self.stdout.write(result.error or "")
+
+    def _fields(self, *fields: tuple[str, str]) -> None:
+        """Print ``name  value`` lines, the values aligned."""
+        width = max(len(name) for name, _ in fields)
+        for name, value in fields:
+            self.stdout.write(f"{name.ljust(width)}  {value}")
+
     def _describe(self, job: Job) -> None:
         fields = (
             ("id", str(job.id)),
@@ -277,9 +401,7 @@ class Command(BaseCommand):
             ("time limit", "-" if job.timeout_s is None else f"{job.timeout_s:g} s"),
             ("last worker", job.worker_id or "-"),
         )
-        width = max(len(name) for name, _ in fields)
-        for name, value in fields:
-            self.stdout.write(f"{name.ljust(width)}  {value}")
+        self._fields(*fields)
         self.stdout.write("payload:")
         payload = json.dumps(job.payload, indent=2, ensure_ascii=False, sort_keys=True)
         self.stdout.write(payload)
