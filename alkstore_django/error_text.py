@@ -30,6 +30,11 @@ def timed_out(limit_s: float) -> str:
     return f"{TIMED_OUT_PREFIX}{limit_s:g} s"
 
 
+def unrecorded(kind: str, exc: BaseException) -> str:
+    """Return the stored error of an outcome that could not be recorded (the attempt fails)."""
+    return f"the {kind} outcome could not be recorded: {describe(exc)}"
+
+
 def clean_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     """Return ``text`` storable by every engine: no NUL, no lone surrogate, at most ``limit``.
 

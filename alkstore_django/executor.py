@@ -42,6 +42,7 @@ from .error_text import (
     format_traceback,
     loggable,
     message_of,
+    unrecorded,
 )
 from .errors import Fail, Snooze, TimeLimitExceeded
 from .history import record_attempt
@@ -255,7 +256,7 @@ def settle(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> Settle
             outcome.kind,
             exc_info=True,
         )
-        error = f"the {outcome.kind} outcome could not be recorded: {describe(exc)}"
+        error = unrecorded(outcome.kind, exc)
         kind = OutcomeKind.FAIL if outcome.kind == OutcomeKind.FAIL else OutcomeKind.RETRY
         outcome = Outcome(kind, error=error)
         try:
@@ -284,7 +285,9 @@ def _apply(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> Settle
     # Begun with the write lock on SQLite: a workflow step reads its workflow before it writes.
     with handle.queue.store.dialect.atomic_write():
         # A step's workflow is locked before its job: the one lock order (workflows.progress).
-        workflow = lock(using, [job.workflow_id])[0] if job.workflow_id is not None else None
+        # It may be gone (pruned, then its dead letter requeued): the job settles as a plain one.
+        locked = lock(using, [job.workflow_id]) if job.workflow_id is not None else []
+        workflow = locked[0] if locked else None
         result = _apply_outcome(handle, outcome, func, using)
         if result == Settled.ACKED:
             _ended(handle, workflow, StepState.SUCCEEDED, value=outcome.value)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .records import Job
     from .store import Store
 
-__all__ = ["encode_result", "forget", "get_result", "keep", "keep_row", "prune"]
+__all__ = ["encode_result", "forget", "get_result", "keep", "keep_acked", "keep_row", "prune"]
 
 
 def encode_result(value: Any) -> Any:
@@ -44,6 +44,29 @@ def keep(
 ) -> None:
     """Write ``job``'s result, kept ``job.keep_result_s`` from now (database clock)."""
     keep_row(store, job.id, job.queue, job.attempts, job.keep_result_s, state, value, error)
+
+
+def keep_acked(store: Store, acked: list[tuple[Job, Any]]) -> None:
+    """Write the ``succeeded`` results of acked jobs and their return values, in one insert."""
+    if not acked:
+        return
+    now = store.dialect.database_now()
+    JobResult.objects.using(store.using).bulk_create(
+        [
+            JobResult(
+                job_id=job.id,
+                queue=job.queue,
+                state=ResultState.SUCCEEDED,
+                value=value,
+                error=None,
+                attempts=job.attempts,
+                finished_at=now,
+                expires_at=now + timedelta(seconds=job.keep_result_s or 0),
+            )
+            for job, value in acked
+        ],
+        batch_size=1000,
+    )
 
 
 def keep_row(

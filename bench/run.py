@@ -1,7 +1,8 @@
 """Run every alkstore benchmark on PostgreSQL and SQLite (and, with --peers, the peers).
 
     python bench/run.py [--peers] [--quick] [--runs N] [--engines postgresql,sqlite,mariadb]
-                        [--workloads enqueue,drain,controls,latency,backlog,pools] [--baseline TREE]
+                        [--workloads enqueue,drain,controls,latency,backlog,pools,workflows]
+                        [--baseline TREE]
 
 Each figure is the median of N runs (default 3) with the min-max; the command
 prints one table and one JSON line per figure. It creates and migrates its own
@@ -13,7 +14,9 @@ same server) and the SQLite file ``.test-db/alk_perf_bench.sqlite3``.
 (never a dependency of the package) and runs the same workloads on them and on
 a raw-psycopg floor. ``--baseline TREE`` instead runs the enqueue and drain
 workloads side by side with an earlier checkout (its own ``alkstore_django``,
-on ``<database>_baseline``), alternating run by run. See docs/performance.md.
+on ``<database>_baseline``), alternating run by run, and, when this tree has
+workflows, the workflow and kept-result rows on this tree in the same rounds.
+See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -156,6 +159,8 @@ class Sizes:
     backlog_jobs: int
     peer_drain: int
     slow_peer_drain: int
+    # The middle of the 1 → width → 1 workflow (the issue's 1,000 in both modes: it is short).
+    workflow_width: int = 1_000
 
     @classmethod
     def for_mode(cls, quick: bool) -> Sizes:
@@ -164,7 +169,7 @@ class Sizes:
         return cls(2_000, 20_000, 50_000, 20_000, 500, 10_000, 1_000_000, 1_000, 3_000, 1_000)
 
 
-WORKLOADS = ("enqueue", "drain", "controls", "latency", "backlog", "pools")
+WORKLOADS = ("enqueue", "drain", "controls", "latency", "backlog", "pools", "workflows")
 
 
 def side_database(engine: str, url: str, suffix: str) -> str:
@@ -250,6 +255,9 @@ def alkstore_figures(
     if "pools" in workloads:
         figures += pool_figures(engine, sizes, runs, env)
         log(f"{engine}: pools done")
+    if "workflows" in workloads:
+        figures += workflow_figures(engine, sizes, runs, env)
+        log(f"{engine}: workflows done")
     return figures
 
 
@@ -339,6 +347,137 @@ def pool_figures(engine: str, sizes: Sizes, runs: int, env: dict[str, str]) -> l
     return [*figures, gap]
 
 
+Workloads = dict[str, tuple[list[str], str, str]]  # figure name → (command, result key, unit)
+
+
+def plain_drain_workloads(sizes: Sizes) -> Workloads:
+    """The plain drain's figures, as --baseline and the workflows workload pair them."""
+    n = sizes.drain
+    one, four = ["drain", str(n), "1"], ["drain", str(n), "4"]
+    return {
+        f"drain {n} no-op, 1 process": (one, "rate", "jobs/s"),
+        f"drain {n} no-op, 1 process, to the last ack": (one, "ack_rate", "jobs/s"),
+        f"drain {n} no-op, 1 process, worker CPU per job": (one, "cpu_us_per_job", "us"),
+        f"drain {n} no-op, 4 processes": (four, "rate", "jobs/s"),
+        f"drain {n} no-op, 4 processes, to the last ack": (four, "ack_rate", "jobs/s"),
+    }
+
+
+def workflow_workloads(sizes: Sizes) -> Workloads:
+    """The rows of issue 23, on this tree only: the drain with kept results, the workflow."""
+    n, w = sizes.drain, sizes.workflow_width
+    rows: Workloads = {}
+    for procs in (1, 4):
+        p = f"{procs} process{'es' if procs > 1 else ''}"
+        kept = ["drain-kept", str(n), str(procs)]
+        rows[f"drain {n}, {p}, keep_result_s"] = (kept, "rate", "jobs/s")
+        rows[f"drain {n}, {p}, kept, to the last ack"] = (kept, "ack_rate", "jobs/s")
+        if procs == 1:
+            rows[f"drain {n}, {p}, kept, worker CPU per job"] = (kept, "cpu_us_per_job", "us")
+    for procs in (1, 4):
+        p = f"{procs} process{'es' if procs > 1 else ''}"
+        # The command's last argument (which half goes first) is added round by round.
+        flow = ["workflow", str(w), str(procs)]
+        rows[f"workflow 1→{w}→1, {p}, enqueue"] = (flow, "workflow_enqueue_ms", "ms")
+        rows[f"workflow 1→{w}→1, {p}, to succeeded"] = (flow, "workflow_ms", "ms")
+        rows[f"workflow 1→{w}→1, {p}, fan-in runs"] = (flow, "fanin_runs", "runs")
+        rows[f"workflow 1→{w}→1, {p}, fan-in wait"] = (flow, "fanin_wait_ms", "ms")
+        rows[f"workflow 1→{w}→1, {p}, root's ack"] = (flow, "root_ack_ms", "ms")
+        rows[f"workflow 1→{w}→1, {p}, CPU per step"] = (flow, "workflow_cpu_us_per_step", "us")
+        rows[f"{w + 2:,} plain jobs, {p}, enqueue_many"] = (flow, "plain_enqueue_ms", "ms")
+        rows[f"{w + 2:,} plain jobs, {p}, to the last ack"] = (flow, "plain_ms", "ms")
+        rows[f"{w + 2:,} plain jobs, {p}, CPU per job"] = (flow, "plain_cpu_us_per_step", "us")
+    return rows
+
+
+def run_round(
+    workloads: Workloads,
+    figures: dict[str, Figure],
+    env: dict[str, str],
+    run: int,
+    cwd: Path = ROOT,
+) -> None:
+    """Run each command of ``workloads`` once (reversed on odd rounds); append its figures.
+
+    A command gives several figures (a drain: its rate, to the last ack, its
+    CPU): it runs once a round.
+    """
+    py = [sys.executable, "-m", "bench.workloads"]
+    done: dict[tuple[str, ...], dict] = {}
+
+    def command(args: list[str]) -> tuple[str, ...]:
+        if args[0] == "workflow":
+            return (*args, "workflow" if run % 2 == 0 else "plain")
+        return tuple(args)
+
+    commands = list(dict.fromkeys(command(args) for args, _, _ in workloads.values()))
+    for args in reversed(commands) if run % 2 else commands:
+        done[args] = run_json([*py, *args], env, cwd=cwd)
+    for name, (args, key, _) in workloads.items():
+        figures[name].values.append(done[command(args)][key])
+
+
+def workflow_derived(fig: dict[str, Figure], sizes: Sizes, engine: str) -> list[Figure]:
+    """Per-round differences: what keeping a result costs a job, a workflow step over a job."""
+    n, w = sizes.drain, sizes.workflow_width
+    rows = []
+
+    def derived(name: str, unit: str, a: Figure, b: Figure, how, target: str = "") -> None:
+        row = Figure(name, "alkstore", engine, unit, target=target)
+        row.values = [how(x, y) for x, y in zip(a.values, b.values, strict=True)]
+        rows.append(row)
+
+    for p in ("1 process", "4 processes"):
+        derived(
+            f"keep_result_s cost per job, {p}", "us",
+            fig[f"drain {n}, {p}, kept, to the last ack"],
+            fig[f"drain {n} no-op, {p}, to the last ack"],
+            lambda kept, plain: 1e6 / kept - 1e6 / plain,
+        )  # fmt: skip
+    derived(
+        "keep_result_s worker CPU per job, 1 process", "us",
+        fig[f"drain {n}, 1 process, kept, worker CPU per job"],
+        fig[f"drain {n} no-op, 1 process, worker CPU per job"],
+        lambda kept, plain: kept - plain,
+    )  # fmt: skip
+    for p in ("1 process", "4 processes"):
+        flow = fig[f"workflow 1→{w}→1, {p}, to succeeded"]
+        plain = fig[f"{w + 2:,} plain jobs, {p}, to the last ack"]
+        derived(f"workflow / plain jobs, to the end, {p}", "x", flow, plain, lambda a, b: a / b)
+        derived(
+            f"workflow cost per step over a job, {p}", "us", flow, plain,
+            lambda a, b: (a - b) / (w + 2) * 1e3,
+        )  # fmt: skip
+    for fanin in (f for name, f in fig.items() if name.endswith("fan-in runs")):
+        fanin.target = "== 1"
+    return rows
+
+
+def has_workflows(tree: Path) -> bool:
+    return (tree / "alkstore_django" / "workflows").is_dir()
+
+
+def workflow_figures(engine: str, sizes: Sizes, runs: int, env: dict[str, str]) -> list[Figure]:
+    """The kept-result drains next to plain ones, and the workflow next to plain jobs.
+
+    Each round runs the plain drains, the drains with ``keep_result_s`` and
+    the workflow command (its two halves alternating which goes first), the
+    order of the commands reversed on odd rounds.
+    """
+    plain = plain_drain_workloads(sizes)
+    flows = workflow_workloads(sizes)
+    workloads = {**plain, **flows}
+    figures = {
+        name: Figure(name, "alkstore", engine, unit) for name, (_, _, unit) in workloads.items()
+    }
+    for name in plain:
+        figures[name].note = "paired with the keep_result_s rows"
+    for run in range(runs):
+        run_round(workloads, figures, env, run)
+        log(f"{engine}: workflows round {run + 1} of {runs} done")
+    return [*figures.values(), *workflow_derived(figures, sizes, engine)]
+
+
 def baseline_figures(engine: str, url: str, tree: Path, sizes: Sizes, runs: int) -> list[Figure]:
     """Enqueue and drain with this tree and with ``tree`` (an earlier checkout), alternating.
 
@@ -367,30 +506,20 @@ def baseline_figures(engine: str, url: str, tree: Path, sizes: Sizes, runs: int)
         f"baseline {label}": (tree / "alkstore_django").resolve(),
     }
     py = [sys.executable, "-m", "bench.workloads"]
-    workloads = {
+    workloads: Workloads = {
         "enqueue one by one": (["enqueue", str(sizes.enqueue_one), "0"], "rate", "jobs/s"),
         "enqueue_many(1000)": (["enqueue", str(sizes.enqueue_1000), "1000"], "rate", "jobs/s"),
-        f"drain {sizes.drain} no-op, 1 process": (
-            ["drain", str(sizes.drain), "1"], "rate", "jobs/s",
-        ),
-        f"drain {sizes.drain} no-op, 1 process, to the last ack": (
-            ["drain", str(sizes.drain), "1"], "ack_rate", "jobs/s",
-        ),
-        f"drain {sizes.drain} no-op, 1 process, worker CPU per job": (
-            ["drain", str(sizes.drain), "1"], "cpu_us_per_job", "us",
-        ),
-        f"drain {sizes.drain} no-op, 4 processes": (
-            ["drain", str(sizes.drain), "4"], "rate", "jobs/s",
-        ),
-        f"drain {sizes.drain} no-op, 4 processes, to the last ack": (
-            ["drain", str(sizes.drain), "4"], "ack_rate", "jobs/s",
-        ),
-    }  # fmt: skip
+        **plain_drain_workloads(sizes),
+    }
     figures = {
         (side, name): Figure(name, side, engine, unit)
         for side in sides
         for name, (_, _, unit) in workloads.items()
     }
+    # This tree's rows of issue 23 (the baseline has neither workflows nor kept
+    # results), in the same rounds, next to its plain drains.
+    flows = workflow_workloads(sizes) if has_workflows(ROOT) else {}
+    mine = {name: Figure(name, "alkstore", engine, unit) for name, (_, _, unit) in flows.items()}
     try:
         for cwd, env in sides.values():
             run_json([*py, "migrate"], env, cwd=cwd)
@@ -408,6 +537,8 @@ def baseline_figures(engine: str, url: str, tree: Path, sizes: Sizes, runs: int)
                     if imported != expected[side]:
                         raise SystemExit(f"{side} imported {imported}, not {expected[side]}")
                     figures[side, name].values.append(result[key])
+            if flows:
+                run_round(flows, mine, sides["alkstore"][1], run)
             log(f"{engine}: baseline round {run + 1} of {runs} done")
     finally:
         for link in site.iterdir():
@@ -425,6 +556,9 @@ def baseline_figures(engine: str, url: str, tree: Path, sizes: Sizes, runs: int)
         else:
             ratio.values = [a / b for a, b in pairs]
         rows.append(ratio)
+    if flows:
+        plain = {name: figures["alkstore", name] for name in workloads}
+        rows += [*mine.values(), *workflow_derived({**plain, **mine}, sizes, engine)]
     return rows
 
 
@@ -540,9 +674,11 @@ def judge(figures: list[Figure]) -> None:
             continue
         op, bound = fig.target.split()
         value = fig.median
-        fig.ok = {">=": value >= float(bound), "<=": value <= float(bound)}.get(
-            op, value < float(bound)
-        )
+        fig.ok = {
+            ">=": value >= float(bound),
+            "<=": value <= float(bound),
+            "==": value == float(bound),
+        }.get(op, value < float(bound))
 
 
 def ratio_rows(figures: list[Figure]) -> list[Figure]:

@@ -6,6 +6,8 @@ Usage (the settings select the engine through ``BENCH_DATABASE_URL``)::
     python -m bench.workloads enqueue N BATCH        # BATCH 0 = one by one, autocommit
     python -m bench.workloads drain N PROCS [runworker args...]
     python -m bench.workloads drain-queue QUEUE N PROCS   # bench.noop, .limited or .rated
+    python -m bench.workloads drain-kept N PROCS     # every job enqueued with keep_result_s=3600
+    python -m bench.workloads workflow WIDTH PROCS FIRST  # 1 → WIDTH → 1, next to WIDTH + 2 jobs
     python -m bench.workloads latency N
     python -m bench.workloads backlog-fill PENDING DEAD
     python -m bench.workloads backlog-run JOBS
@@ -45,8 +47,16 @@ def clear() -> None:
     """Empty the job tables (the bench database is the bench's own)."""
     from django.db import connection
 
+    from alkstore_django import models
     from alkstore_django.models import DeadJob, Job
 
+    # The kept results' and the workflows' tables, where this tree has them
+    # (an earlier checkout run by --baseline may not): steps before workflows.
+    extra = [
+        getattr(models, name)._meta.db_table
+        for name in ("JobResult", "WorkflowStep", "Workflow")
+        if hasattr(models, name)
+    ]
     with connection.cursor() as cursor:
         for model in (Job, DeadJob):
             table = model._meta.db_table
@@ -54,9 +64,16 @@ def clear() -> None:
                 cursor.execute(f"TRUNCATE {table}")
             else:
                 cursor.execute(f"DELETE FROM {table}")
+        if extra and connection.vendor == "postgresql":
+            cursor.execute(f"TRUNCATE {', '.join(extra)}")
+        else:
+            # MariaDB refuses to truncate a table that a foreign key names.
+            for table in extra:
+                cursor.execute(f"DELETE FROM {table}")
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(f"VACUUM ANALYZE {Job._meta.db_table}")
+            for table in [Job._meta.db_table, *extra]:
+                cursor.execute(f"VACUUM ANALYZE {table}")
 
 
 def counts() -> tuple[int, int]:
@@ -173,7 +190,13 @@ class RssSampler:
         self._thread.join()
 
 
-def cmd_drain(n: int, procs: int, extra: list[str], queue: str = "bench.noop") -> dict:
+def cmd_drain(
+    n: int,
+    procs: int,
+    extra: list[str],
+    queue: str = "bench.noop",
+    keep_result_s: float | None = None,
+) -> dict:
     """Drain ``n`` no-op jobs of ``queue`` with ``procs`` ``runworker --burst`` processes.
 
     The rate is counted from the first handler start in any process (Django's
@@ -183,7 +206,9 @@ def cmd_drain(n: int, procs: int, extra: list[str], queue: str = "bench.noop") -
     which covers its reaped children too), so at least its resident size after
     the drain; ``parent_rss_mb``, ``child_rss_mb`` and ``sentinel_rss_mb`` are
     the workers', their pool children's and their sentinels' peaks apart. CPU
-    is the workers' and their children's, start-up included.
+    is the workers' and their children's, start-up included. With
+    ``keep_result_s`` every job is enqueued with it, and each must have left
+    its result.
     """
     from django.db import connections
 
@@ -191,8 +216,9 @@ def cmd_drain(n: int, procs: int, extra: list[str], queue: str = "bench.noop") -
 
     clear()
     q = store.queue(queue)
+    kept = {} if keep_result_s is None else {"keep_result_s": keep_result_s}
     for start in range(0, n, 1000):
-        q.enqueue_many([None] * min(1000, n - start))
+        q.enqueue_many([None] * min(1000, n - start), **kept)
     connections.close_all()
     tmp = Path(tempfile.mkdtemp(prefix="alkbench-"))
     children = []
@@ -229,7 +255,10 @@ def cmd_drain(n: int, procs: int, extra: list[str], queue: str = "bench.noop") -
                 if line.startswith("first "):
                     firsts.append(float(line.split()[1]))
     live, dead = counts()
+    results = kept_results() if keep_result_s is not None else 0
     connections.close_all()
+    if keep_result_s is not None and results != n:
+        raise SystemExit(f"drain kept {results} results of {n} jobs; logs in {tmp}")
     acked = 0
     last_ack = 0.0
     for index in range(procs):
@@ -260,7 +289,14 @@ def cmd_drain(n: int, procs: int, extra: list[str], queue: str = "bench.noop") -
         "sentinel_rss_mb": max(sampler.sentinel_kb.values(), default=0) / 1024,
         # Worker CPU (start-up included) per job, in microseconds.
         "cpu_us_per_job": cpu_s / n * 1e6,
+        "kept_results": results,
     }
+
+
+def kept_results() -> int:
+    from alkstore_django.models import JobResult
+
+    return JobResult.objects.filter(state="succeeded").count()
 
 
 def cmd_latency(n: int, extra: list[str]) -> dict:
@@ -327,6 +363,183 @@ def cmd_latency(n: int, extra: list[str]) -> dict:
         "p99_ms": ms[min(len(ms) - 1, int(len(ms) * 0.99))],
         "max_ms": ms[-1],
     }
+
+
+def ack_stamps(logs: list[Path]) -> dict[int, float]:
+    """Each acked job's id and the moment of its ack's log line (monotonic), from worker logs."""
+    stamps: dict[int, float] = {}
+    for path in logs:
+        for line in path.read_text().splitlines():
+            if "outcome=acked" in line and " job id=" in line:
+                job_id = int(line.split(" job id=", 1)[1].split()[0])
+                stamps[job_id] = log_stamp(line)
+    return stamps
+
+
+def process_cpu_s(pid: int) -> float:
+    """A live process's CPU time so far (all its threads, user and system), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_until(done, what: str, timeout_s: float = 300, every_s: float = 0.01) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(every_s)
+
+
+def cmd_workflow(width: int, procs: int, first: str) -> dict:
+    """A 1 → ``width`` → 1 workflow next to ``width + 2`` plain jobs, run by the same workers.
+
+    ``procs`` idle ``runworker --queue bench.wf`` processes (not burst: a
+    burst worker would leave while the root step runs) are started and warmed
+    up (each has acked a job, a small workflow has run); then, in the order
+    ``first`` says (``workflow`` or ``plain``), the tables are emptied and
+
+    - the workflow (one root, ``width`` steps after it, one fan-in after all
+      of them) is enqueued: ``workflow_enqueue_ms`` is ``enqueue_workflow``'s
+      call, commit included; ``workflow_ms`` runs from its return to the
+      fan-in's ack (its log line); the fan-in's runs are counted from its
+      handler's stamps, and the workflow must read succeeded;
+    - ``width + 2`` plain jobs go in with one ``enqueue_many``:
+      ``plain_enqueue_ms``, then ``plain_ms`` to the last one's ack.
+
+    ``fanin_wait_ms`` is the fan-in's handler start after its last parent's
+    ack line: the release, the wake-up and the claim; ``root_ack_ms`` the
+    root's handler start to its ack line, the ack that releases the
+    ``width`` steps after it. ``*_cpu_us_per_step``
+    is the workers' CPU (``/proc``, clock ticks) over each half, per step or job.
+    """
+    from django.db import connections
+
+    from alkstore_django import Workflow, store
+    from alkstore_django.models import DeadJob, Job
+    from alkstore_django.models import Workflow as WorkflowRow
+
+    steps = width + 2
+
+    def build(n: int) -> Workflow:
+        wf = Workflow(name=f"bench 1-{n}-1")
+        wf.add("root", queue="bench.wf")
+        middle = [f"step-{i}" for i in range(n)]
+        for name in middle:
+            wf.add(name, queue="bench.wf", after=["root"])
+        wf.add("fan-in", queue="bench.wf", after=middle)
+        return wf
+
+    def idle() -> bool:
+        running = WorkflowRow.objects.filter(state="running").exists()
+        return not running and not Job.objects.exists()
+
+    def run_workflow() -> dict:
+        wf = build(width)
+        started = time.monotonic()
+        workflow_id = store.enqueue_workflow(wf)
+        enqueued = time.monotonic()
+        wait_until(
+            lambda: not WorkflowRow.objects.filter(id=workflow_id, state="running").exists(),
+            "the workflow to finish",
+        )
+        record = store.get_workflow(workflow_id)
+        assert record is not None
+        ids = {name: step.job_id for name, step in record.steps.items()}
+        wait_until(
+            lambda: set(ids.values()) <= ack_stamps(logs).keys(),
+            "the workflow's ack lines",
+            timeout_s=10,
+        )
+        stamps = ack_stamps(logs)
+        lines = [line.split() for mark in marks for line in mark.read_text().splitlines()]
+        runs = [float(t) for step, wf, t in lines if step == "fan-in" and wf == str(workflow_id)]
+        root = [float(t) for step, wf, t in lines if step == "root" and wf == str(workflow_id)]
+        last_parent = max(stamps[ids[f"step-{i}"]] for i in range(width))
+        succeeded = [s.state == "succeeded" for s in record.steps.values()]
+        if record.state != "succeeded" or len(runs) != 1 or not all(succeeded):
+            raise SystemExit(
+                f"workflow ended {record.state}, {sum(succeeded)} steps succeeded, the fan-in "
+                f"ran {len(runs)} times; logs in {tmp}"
+            )
+        end = stamps[ids["fan-in"]]
+        return {
+            "workflow_state": record.state,
+            "steps_succeeded": sum(succeeded),
+            "fanin_runs": len(runs),
+            "workflow_enqueue_ms": (enqueued - started) * 1000,
+            "workflow_ms": (end - enqueued) * 1000,
+            "workflow_rate": steps / (end - enqueued),
+            "fanin_wait_ms": (runs[0] - last_parent) * 1000,
+            "root_ack_ms": (stamps[ids["root"]] - root[0]) * 1000,
+        }
+
+    def run_plain() -> dict:
+        started = time.monotonic()
+        job_ids = q.enqueue_many([None] * steps)
+        enqueued = time.monotonic()
+        wait_until(lambda: not Job.objects.exists(), "the plain jobs to finish")
+        wait_until(
+            lambda: set(job_ids) <= ack_stamps(logs).keys(),
+            "the plain jobs' ack lines",
+            timeout_s=10,
+        )
+        stamps = ack_stamps(logs)
+        last = max(stamps[i] for i in job_ids)
+        return {
+            "plain_enqueue_ms": (enqueued - started) * 1000,
+            "plain_ms": (last - enqueued) * 1000,
+            "plain_rate": steps / (last - enqueued),
+        }
+
+    clear()
+    q = store.queue("bench.wf")
+    tmp = Path(tempfile.mkdtemp(prefix="alkbench-"))
+    marks = [tmp / f"mark-{index}" for index in range(procs)]
+    logs = [tmp / f"log-{index}" for index in range(procs)]
+    children = []
+    for mark, log_path in zip(marks, logs, strict=True):
+        mark.touch()
+        log = open(log_path, "w")  # noqa: SIM115
+        children.append(
+            subprocess.Popen(
+                worker_command("bench.wf", []),
+                env=worker_env(str(mark)),
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                cwd=ROOT,
+            )
+        )
+    result: dict = {"steps": steps, "procs": procs, "first": first}
+    try:
+        # Warm up: every worker has acked a job, and a small workflow has run through.
+        deadline = time.monotonic() + 120
+        store.enqueue_workflow(build(4))
+        while not all("outcome=acked" in path.read_text() for path in logs):
+            if time.monotonic() > deadline or any(c.poll() is not None for c in children):
+                raise SystemExit(f"workflow workers never started; logs in {tmp}")
+            # More than one worker's batch (32), so that each gets some.
+            q.enqueue_many([None] * (64 * procs))
+            time.sleep(0.3)
+        wait_until(idle, "the warm-up to finish")
+        phases = {"workflow": run_workflow, "plain": run_plain}
+        for phase in ["workflow", "plain"] if first == "workflow" else ["plain", "workflow"]:
+            clear()
+            before = sum(process_cpu_s(child.pid) for child in children)
+            result.update(phases[phase]())
+            cpu_s = sum(process_cpu_s(child.pid) for child in children) - before
+            result[f"{phase}_cpu_us_per_step"] = cpu_s / steps * 1e6
+        if DeadJob.objects.exists():
+            raise SystemExit(f"workflow bench left dead letters; logs in {tmp}")
+    finally:
+        for child in children:
+            child.send_signal(signal.SIGTERM)
+        for child in children:
+            child.wait(60)
+        connections.close_all()
+    for path in tmp.iterdir():
+        path.unlink()
+    tmp.rmdir()
+    return result
 
 
 def fill_backlog(pending: int, dead: int) -> None:
@@ -480,6 +693,10 @@ def main(argv: list[str]) -> None:
         result = cmd_drain(int(args[0]), int(args[1]), args[2:])
     elif command == "drain-queue":
         result = cmd_drain(int(args[1]), int(args[2]), [], queue=args[0])
+    elif command == "drain-kept":
+        result = cmd_drain(int(args[0]), int(args[1]), [], keep_result_s=3600)
+    elif command == "workflow":
+        result = cmd_workflow(int(args[0]), int(args[1]), args[2])
     elif command == "latency":
         result = cmd_latency(int(args[0]), args[1:])
     elif command == "backlog-fill":

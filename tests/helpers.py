@@ -6,8 +6,8 @@
   ``servers_only``, ``unpooled``, ``pooled_only``, ``needs`` (a dialect capability),
   ``needs_django_tasks``.
 - Tiny helpers named after a state; they move timestamps against the database
-  clock: ``lapse_claim``, ``make_due``, ``expire_job``, ``age_dead``, ``db_now``,
-  ``leader_lock``, ``boundaries_ago``.
+  clock: ``lapse_claim``, ``make_due``, ``expire_job``, ``age_dead``, ``expire_result``,
+  ``db_now``, ``leader_lock``, ``boundaries_ago``.
 - Counts and checks: ``live_count``, ``dead_count``, ``assert_acked_once``,
   ``check_ids``, ``listener_pids``, ``row_locked_elsewhere``.
 - Planner set-up: ``fill_pending``, ``analyze_tables``.
@@ -137,6 +137,13 @@ def expire_job(job_id: int) -> None:
 def age_dead(job_id: int, seconds: float) -> None:
     """Make a dead letter ``seconds`` older."""
     DeadJob.objects.filter(id=job_id).update(died_at=Now() - timedelta(seconds=seconds))
+
+
+def expire_result(job_id: int) -> None:
+    """Put a kept result's ``expires_at`` in the past."""
+    from alkstore_django.models import JobResult
+
+    JobResult.objects.filter(job_id=job_id).update(expires_at=Now() - timedelta(seconds=1))
 
 
 def db_now() -> datetime:

@@ -43,9 +43,11 @@ from datetime import datetime
 from typing import Any
 
 from ..conf import app_settings
-from ..error_text import describe, timed_out
+from ..error_text import describe, timed_out, unrecorded
+from ..errors import PayloadError
 from ..executor import Outcome, OutcomeKind
 from ..records import Job
+from ..results import encode_result
 
 logger = logging.getLogger("alkstore_django.worker")
 
@@ -288,6 +290,20 @@ def _exit_when_orphaned(parent: int) -> None:
     os._exit(1)
 
 
+def _checked_value(outcome: Outcome) -> Outcome:
+    """Check a kept return value here, as the worker's ack would: the same failure, the same text.
+
+    A value the pipe's JSON cannot carry would otherwise fail with another
+    error than the thread pool's (``settle``'s ``PayloadError``).
+    """
+    try:
+        outcome.value = encode_result(outcome.value)
+    except PayloadError as exc:
+        error = unrecorded(outcome.kind, exc)
+        return Outcome(OutcomeKind.RETRY, error=error, duration_ms=outcome.duration_ms)
+    return outcome
+
+
 def child_main() -> None:
     """Serve the worker jobs until it closes the pipe (Django is set up by ``child.py``)."""
     # The worker decides when a child stops; a terminal's Ctrl-C is the worker's.
@@ -308,6 +324,10 @@ def child_main() -> None:
                 outcome = Outcome(OutcomeKind.RETRY, error=error)
             else:
                 outcome = run_job(func, job)
+            if outcome.kind == OutcomeKind.ACK and (
+                job.workflow_id is not None or job.keep_result_s is not None
+            ):
+                outcome = _checked_value(outcome)
             snooze = outcome.kind == OutcomeKind.SNOOZE
             answer = {
                 "kind": outcome.kind,

@@ -1,9 +1,12 @@
-"""Bench handlers: a no-op, and one that stamps its start for the latency workload.
+"""Bench handlers: a no-op, one that stamps its start for the latency workload, a workflow step.
 
 Each handler appends to ``BENCH_MARK_FILE`` (when set): the no-op only once per
 process (the moment this process started draining), the latency handler one
-``<i> <monotonic>`` line per job. ``time.monotonic()`` is CLOCK_MONOTONIC, one
-clock for every process on the machine.
+``<i> <monotonic>`` line per job, the workflow step one
+``<step> <workflow id> <monotonic>`` line per run of a step named ``root`` or
+``fan-in``.
+``time.monotonic()`` is CLOCK_MONOTONIC, one clock for every process on the
+machine.
 """
 
 from __future__ import annotations
@@ -55,3 +58,15 @@ def latency(job):
     f = _mark_file()
     if f:
         f.write(f"{job.payload['i']} {started!r}\n")
+
+
+@handler("bench.wf")
+def workflow_step(job):
+    """A no-op step (or plain job); the runs of steps ``root`` and ``fan-in`` are stamped."""
+    # getattr: an earlier tree's jobs have no step (this module is loaded by --baseline too).
+    step = getattr(job, "step", None)
+    if step in ("root", "fan-in"):
+        started = time.monotonic()
+        f = _mark_file()
+        if f:
+            f.write(f"{step} {job.workflow_id} {started!r}\n")

@@ -101,25 +101,28 @@ def spin(job):
 def workflow_step(job):
     """A workflow step: record the run, then do what the payload says.
 
-    ``fail``: raise (retried, then dead-lettered); ``sleep_s``: sleep first;
-    ``bad_return``: return a value that is not JSON. It returns its step's
-    name, its ``workflow_id``, and the results of the steps it waited on, read
-    through ``get_workflow``.
+    ``fail``: raise (retried, then dead-lettered); ``fail_until_file``: raise
+    while that file exists (a test removes it to let a requeue succeed);
+    ``sleep_s``: sleep first; ``bad_return``: return a value that is not
+    JSON. It returns its step's name, its ``workflow_id``, and the results
+    and states of the steps it waited on, read through ``get_workflow``.
     """
     from alkstore_django import store
 
     record(job)
     payload = job.payload or {}
     time.sleep(float(payload.get("sleep_s", 0)))
-    if payload.get("fail"):
+    if payload.get("fail") or os.path.exists(payload.get("fail_until_file") or ""):
         raise ValueError(f"step {job.step} failed")
     if payload.get("bad_return"):
         return {1, 2}
-    seen = {}
-    if job.workflow_id is not None:
-        workflow = store.get_workflow(job.workflow_id)
-        seen = {name: workflow.steps[name].result for name in workflow.steps[job.step].after}
-    return {"step": job.step, "workflow_id": job.workflow_id, "seen": seen}
+    seen, states = {}, {}
+    workflow = None if job.workflow_id is None else store.get_workflow(job.workflow_id)
+    if workflow is not None:
+        parents = [workflow.steps[name] for name in workflow.steps[job.step].after]
+        seen = {parent.name: parent.result for parent in parents}
+        states = {parent.name: parent.state for parent in parents}
+    return {"step": job.step, "workflow_id": job.workflow_id, "seen": seen, "states": states}
 
 
 # The chaos, hostile-handler and process-pool suites' handlers.
