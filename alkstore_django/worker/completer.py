@@ -170,8 +170,13 @@ class Completer:
                 alone += batch
             else:
                 self.report_acks(batch, acked)
-        for done in alone:
-            self.apply(done.held, done.outcome)
+        for n, done in enumerate(alone):
+            try:
+                self.apply(done.held, done.outcome)
+            except CONNECTION_ERRORS:
+                # Left in line, as the loop above leaves what it could not settle.
+                self._unsettled.extendleft(reversed(alone[n:]))
+                raise
 
     # --- plain acks -----------------------------------------------------------------
 

@@ -245,3 +245,21 @@ def test_run_ready_jobs__keeps_the_result_inside_the_tests_transaction():
     runs = run_ready_jobs(["t.record"])
     assert [run.job_id for run in runs] == [job_id]
     assert store.get_result(job_id).value == {"ok": job_id}
+
+
+def test_a_drain_of_kept_jobs__writes_each_result_once_and_a_bad_value_fails_alone():
+    # The worker writes a round's kept acks together; one value that is not JSON
+    # among them fails its own attempt and nothing else.
+    queue = store.queue("t.wf", keep_result_s=600, max_attempts=1)
+    good = queue.enqueue_many([{"n": n} for n in range(60)])
+    bad = queue.enqueue({"bad_return": True})
+    worker = Worker(["t.wf"], burst=True, concurrency=8)
+    worker.run(threading.Event())
+    assert worker.stats.acked == 60
+    kept = {r.job_id: r for r in JobResult.objects.all()}
+    assert sorted(kept) == sorted([*good, bad])
+    assert {kept[job_id].state for job_id in good} == {"succeeded"}
+    assert all(kept[job_id].value["step"] is None for job_id in good)
+    assert kept[bad].state == "failed"
+    assert "Return value" in kept[bad].error
+    assert Run.objects.filter(job_id__in=good).count() == 60
