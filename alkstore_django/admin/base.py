@@ -26,6 +26,7 @@ from django.utils.safestring import mark_safe
 
 from ..conf import app_settings
 from ..display import format_timestamp
+from ..models import DeadJob, Job
 from ..validation import parse_id
 
 _BREAK_AFTER = re.compile(r"(?<=[.:/_-])")
@@ -51,6 +52,17 @@ def breakable(text: str) -> str:
     """
     parts = [part for part in _BREAK_AFTER.split(text) if part]
     return format_html_join(mark_safe("<wbr>"), "{}", ((part,) for part in parts))
+
+
+def job_link(job_id: int, gone: str, live: str = "live job") -> str:
+    """Link to job ``job_id``'s page while it is live or a dead letter (same id); else ``gone``."""
+    using = app_settings.database
+    for model, kind in ((Job, live), (DeadJob, "dead letter")):
+        if model.objects.using(using).filter(id=job_id).exists():
+            meta = model._meta
+            url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[job_id])
+            return format_html('<a href="{}">{} {}</a>', url, kind, job_id)
+    return gone
 
 
 def workflow_step_link(workflow_id: int | None, step: str | None) -> str:

@@ -18,7 +18,7 @@ from django.utils.html import format_html
 from ..conf import app_settings
 from ..display import format_timestamp
 from ..models import DeadJob, Job, JobResult
-from .base import AlkstoreModelAdmin, JobIdSearchMixin
+from .base import AlkstoreModelAdmin, JobIdSearchMixin, job_link
 from .base import pre as _pre
 
 
@@ -79,13 +79,7 @@ class JobResultAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
     @admin.display(description="job")
     def job(self, obj: JobResult) -> str:
         """Link to the job while it is live or a dead letter (same id)."""
-        using = app_settings.database
-        for model, kind in ((Job, "live job"), (DeadJob, "dead letter")):
-            if model.objects.using(using).filter(id=obj.job_id).exists():
-                meta = model._meta
-                url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.job_id])
-                return format_html('<a href="{}">{} {}</a>', url, kind, obj.job_id)
-        return "gone (acked, cancelled, or dead letter deleted)"
+        return job_link(obj.job_id, "gone (acked, cancelled, or dead letter deleted)")
 
     @admin.display(description="value")
     def value_pretty(self, obj: JobResult) -> str:

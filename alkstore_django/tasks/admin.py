@@ -10,13 +10,11 @@ import json
 from typing import Any
 
 from django.contrib import admin
-from django.urls import reverse
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html_join
 from django.utils.safestring import mark_safe
 
-from ..admin.base import AlkstoreModelAdmin, JobIdSearchMixin, pre
-from ..conf import app_settings
-from ..models import DeadJob, Job, TaskResult
+from ..admin.base import AlkstoreModelAdmin, JobIdSearchMixin, job_link, pre
+from ..models import TaskResult
 
 
 @admin.register(TaskResult)
@@ -62,13 +60,7 @@ class TaskResultAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
     @admin.display(description="job")
     def job(self, obj: TaskResult) -> str:
         """Link to the job while it is live or dead-lettered (same id)."""
-        using = app_settings.database
-        for model, state in ((Job, "live"), (DeadJob, "dead letter")):
-            if model.objects.using(using).filter(id=obj.id).exists():
-                meta = model._meta
-                url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.id])
-                return format_html('<a href="{}">{} {}</a>', url, state, obj.id)
-        return "gone (acked, or dead letter purged)"
+        return job_link(obj.id, "gone (acked, or dead letter purged)", live="live")
 
     @admin.display(description="args")
     def args_pretty(self, obj: TaskResult) -> str:

@@ -46,6 +46,16 @@ def _listed(ids: Sequence[int]) -> str:
     return ", ".join(map(str, ids[:MISSING_SHOWN])) + (f" and {more} more" if more > 0 else "")
 
 
+def add_limit(parser: Any) -> None:
+    """Give a listing its ``--limit`` (how many rows, newest first)."""
+    parser.add_argument(
+        "--limit",
+        type=positive_int(operations.MAX_LIST_LIMIT),
+        default=operations.DEFAULT_LIST_LIMIT,
+        help=f"How many (default {operations.DEFAULT_LIST_LIMIT}).",
+    )
+
+
 class Command(BaseCommand):
     help = (
         "Inspect and repair queues: stats, pause, resume, dead letters (list, show), requeue, "
@@ -73,12 +83,7 @@ class Command(BaseCommand):
         dead_sub = dead.add_subparsers(dest="dead_command", required=True)
         listing = dead_sub.add_parser("list", help="The newest dead letters, newest first.")
         listing.add_argument("--queue", default=None, help="Only this queue's dead letters.")
-        listing.add_argument(
-            "--limit",
-            type=positive_int(operations.MAX_LIST_LIMIT),
-            default=operations.DEFAULT_LIST_LIMIT,
-            help=f"How many (default {operations.DEFAULT_LIST_LIMIT}).",
-        )
+        add_limit(listing)
         listing.add_argument("--json", action="store_true", help="Print JSON for machines.")
         show = dead_sub.add_parser("show", help="One dead letter: stamps, payload, full error.")
         show.add_argument("id", type=int, help="The dead letter's id (the job's id).")
@@ -119,12 +124,7 @@ class Command(BaseCommand):
         workflows.add_argument(
             "--state", default=None, help="Only these: running, succeeded, failed or cancelled."
         )
-        workflows.add_argument(
-            "--limit",
-            type=positive_int(operations.MAX_LIST_LIMIT),
-            default=operations.DEFAULT_LIST_LIMIT,
-            help=f"How many (default {operations.DEFAULT_LIST_LIMIT}).",
-        )
+        add_limit(workflows)
         workflows.add_argument("--json", action="store_true", help="Print JSON for machines.")
         workflow = sub.add_parser("workflow", help="One workflow and its steps, in order.")
         workflow.add_argument("id", type=int, help="The workflow's id.")
