@@ -47,6 +47,7 @@ from .error_text import (
 from .errors import Fail, Snooze, TimeLimitExceeded
 from .history import record_attempt
 from .models import ResultState, StepState
+from .queues import snoozed_out
 from .records import OutcomeKind, Settled
 from .signals import job_finished, job_started, send_robust
 from .workflows.progress import finish_step, lock
@@ -292,7 +293,8 @@ def _apply(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> Settle
         if result == Settled.ACKED:
             _ended(handle, workflow, StepState.SUCCEEDED, value=outcome.value)
         elif result == Settled.DEAD:
-            _ended(handle, workflow, StepState.FAILED, error=outcome.error or "snoozed too often")
+            error = outcome.error or snoozed_out(job)  # only a snooze ends dead without one
+            _ended(handle, workflow, StepState.FAILED, error=error)
         return result
 
 

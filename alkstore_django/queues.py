@@ -450,6 +450,11 @@ class Queue:
         )
 
 
+def snoozed_out(job: Job) -> str:
+    """Return the error of a job dead-lettered for snoozing past its ``max_snoozes``."""
+    return f"snoozed {job.snoozes} times: its max_snoozes is {job.max_snoozes}"
+
+
 class JobHandle:
     """A claim on one job, valid while the row is still under this very claim.
 
@@ -557,10 +562,8 @@ class JobHandle:
         if self._spent:
             return False
         dialect = self.queue.store.dialect
-        limit = self.job.max_snoozes
-        if self.job.snoozes >= limit:
-            error = f"snoozed {self.job.snoozes} times: its max_snoozes is {limit}"
-            return self._spend(dialect.bury_claimed(*self._fence(), error))
+        if self.job.snoozes >= self.job.max_snoozes:
+            return self._spend(dialect.bury_claimed(*self._fence(), snoozed_out(self.job)))
         return self._spend(
             dialect.requeue_claimed(*self._fence(), delay_s=delay_s, error=None, snooze=True)
         )

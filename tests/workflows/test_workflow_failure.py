@@ -294,3 +294,22 @@ def test_a_step_returning_a_value_that_is_not_json__fails_its_attempts_then_the_
     assert error.startswith("the ack outcome could not be recorded: PayloadError: Return value")
     assert workflow.steps["a"].result is None
     assert workflow.steps["b"].state == "cancelled"
+
+
+def test_a_step_snoozed_past_its_cap__fails_with_its_dead_letters_error():
+    wf = Workflow()
+    wf.add("wait", queue="t.snooze", payload={"times": 10})
+    wf.add("after", queue="t.wf", after=["wait"])
+    with override_settings(ALKSTORE={"QUEUES": {"t.snooze": {"max_snoozes": 1}}}):
+        workflow_id = store.enqueue_workflow(wf)
+        Worker(["t.snooze"], burst=True).run(threading.Event())
+    workflow = store.get_workflow(workflow_id)
+    wait = workflow.steps["wait"]
+    assert wait.state == "failed"
+    assert (
+        wait.error
+        == store.get_job(wait.job_id).last_error
+        == ("snoozed 1 times: its max_snoozes is 1")
+    )
+    assert workflow.steps["after"].state == "cancelled"
+    assert workflow.state == "failed"
