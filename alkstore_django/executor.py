@@ -45,16 +45,16 @@ from .error_text import (
     unrecorded,
 )
 from .errors import Fail, Snooze, TimeLimitExceeded
+from .handles import snoozed_out
 from .history import record_attempt
 from .models import ResultState, StepState
-from .queues import snoozed_out
 from .records import OutcomeKind, Settled
 from .signals import job_finished, job_started, send_robust
 from .workflows.progress import finish_step, lock
 
 if TYPE_CHECKING:
+    from .handles import JobHandle
     from .models import Workflow
-    from .queues import JobHandle
     from .records import Job
 
 logger = logging.getLogger("alkstore_django.worker")

@@ -11,7 +11,8 @@ from .conf import ENGINE_DEFAULTS, QueueOptions
 from .error_text import loggable
 from .executor import OutcomeKind, run_handler, settle
 from .handlers import outbox_queue_name, validate_outbox_name
-from .queues import JobHandle, Queue
+from .handles import JobHandle
+from .queues import Queue
 from .validation import OnDuplicate, validate_worker_id
 
 if TYPE_CHECKING:

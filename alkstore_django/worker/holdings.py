@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..executor import Outcome
-from ..queues import JobHandle
+from ..handles import JobHandle
 from .slots import ClaimSlots
 
 logger = logging.getLogger("alkstore_django.worker")
