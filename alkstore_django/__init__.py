@@ -8,10 +8,22 @@ configured database alias on every access.
 from __future__ import annotations
 
 from . import errors
-from .errors import Fail, Snooze
+from .errors import Cancelled, Fail, Snooze
 from .handlers import handler
+from .runs import Run, current_run
 from .store import Store, store
 from .workflows import Workflow
 
-__all__ = ["Fail", "Snooze", "Store", "Workflow", "errors", "handler", "store"]
+__all__ = [
+    "Cancelled",
+    "Fail",
+    "Run",
+    "Snooze",
+    "Store",
+    "Workflow",
+    "current_run",
+    "errors",
+    "handler",
+    "store",
+]
 __version__ = "0.1.0"

@@ -12,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.urls import URLPattern, URLResolver, get_resolver
 
+from .backoff import load_backoff
 from .conf import QUEUE_LIMIT_NAMES, SETTING_KEYS, app_settings, load_codec
 from .errors import AlkstoreError
 from .handlers import registry
@@ -169,7 +170,31 @@ def _check_queues(raw: dict[str, Any]) -> list[checks.CheckMessage]:
             )
             continue
         errors += _check_limits(name, opts)
+        errors += _check_backoff(name, opts)
     return errors
+
+
+def _check_backoff(name: str, opts: dict[str, Any]) -> list[checks.CheckMessage]:
+    """Refuse a queue ``backoff`` path that cannot be imported or is not a callable (E014)."""
+    path = opts.get("backoff")
+    if path is None:
+        return []
+    try:
+        load_backoff(path)
+    except Exception as exc:  # noqa: BLE001 - whatever importing the module raised
+        problem = (
+            str(exc)
+            if isinstance(exc, AlkstoreError)
+            else f"Backoff {path!r} cannot be imported: {type(exc).__name__}: {exc}"
+        )
+        return [
+            _error(
+                f"ALKSTORE['QUEUES'][{name!r}]['backoff']: {problem}",
+                "Name a function (attempt, error) -> seconds, e.g. 'myapp.jobs.backoff'.",
+                "alkstore.E014",
+            )
+        ]
+    return []
 
 
 def _check_intervals(raw: dict[str, Any]) -> list[checks.CheckMessage]:
@@ -216,11 +241,16 @@ def _check_max_payload_bytes(raw: dict[str, Any]) -> list[checks.CheckMessage]:
 
 
 def _check_limits(name: str, opts: dict[str, Any]) -> list[checks.CheckMessage]:
-    """Check a queue's ``max_running`` (E011) and ``rate`` (E012), each on its own."""
+    """Check a queue's ``max_running`` (E011), ``rate`` (E012), ``max_running_per_key`` (E013)."""
     errors: list[checks.CheckMessage] = []
     for key, id_, hint in (
         ("max_running", "alkstore.E011", "Expected an integer of at least 1, or no key."),
         ("rate", "alkstore.E012", "Expected '<n>/<unit>' with unit s, m or h, e.g. '100/m'."),
+        (
+            "max_running_per_key",
+            "alkstore.E013",
+            "Expected an integer of at least 1 (jobs of one concurrency_key running at once).",
+        ),
     ):
         if key not in opts:
             continue

@@ -41,6 +41,10 @@ class QueueOptions:
     max_snoozes: int = 100
     # How long what became of each job is kept once it finished; None: not kept.
     keep_result_s: float | None = None
+    # How long a handler asked to cancel may run on before it is stopped.
+    cancel_grace_s: float = 10.0
+    # The dotted path of ``(attempt, error) -> seconds``; None: the equal-jitter curve.
+    backoff: str | None = None
 
     def overlay(self, opts: dict[str, Any]) -> QueueOptions:
         """Return these options with ``opts`` laid over them (already validated)."""
@@ -56,13 +60,15 @@ class QueueLimits:
     # At most ``rate_starts`` claims per window of ``rate_period_s`` seconds.
     rate_starts: int | None = None
     rate_period_s: int | None = None
+    # At most this many jobs of one ``concurrency_key`` under a live claim at once.
+    max_running_per_key: int | None = None
 
 
 ENGINE_DEFAULTS = QueueOptions()
 QUEUE_OPTION_NAMES = frozenset(f.name for f in fields(QueueOptions))
 # Settings only, never a queue handle's option: a limit binds every worker at
 # once, so it cannot differ from one handle to the next.
-QUEUE_LIMIT_NAMES = frozenset({"max_running", "rate"})
+QUEUE_LIMIT_NAMES = frozenset({"max_running", "rate", "max_running_per_key"})
 SETTING_KEYS = frozenset(
     {
         "DATABASE",

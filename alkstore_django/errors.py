@@ -89,8 +89,19 @@ class TimeLimitExceeded(BaseException):
     """
 
 
+class Cancelled(BaseException):
+    """The job was cancelled while it ran (``Store.cancel_job``): it ends ``cancelled``.
+
+    Raised by ``Run.raise_if_cancelled`` at a point the handler chose, or by
+    the thread pool inside the handler's thread once ``cancel_grace_s`` has
+    passed. A ``BaseException``, as ``TimeLimitExceeded`` is, so that a
+    handler's ``except Exception`` does not swallow it.
+    """
+
+
 __all__ = [
     "AlkstoreError",
+    "Cancelled",
     "DuplicateJob",
     "Fail",
     "InvalidArgument",

@@ -7,6 +7,8 @@ so they agree on what an exception means and on the text that is stored:
 - a return is an ack (the value is kept for the handler's ``on_acked`` hook);
 - ``Fail`` dead-letters at once with its message;
 - ``Snooze(delay_s)`` puts the job off without spending an attempt;
+- ``Cancelled`` (``Store.cancel_job`` reached the run) ends the job
+  ``cancelled``: deleted under its claim, no retry, no dead letter;
 - any other exception is a failed attempt, retried with backoff or
   dead-lettered when no attempt is left, stored as ``ExceptionType: message``.
 
@@ -35,6 +37,7 @@ from asgiref.sync import async_to_sync
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from . import results
+from .backoff import handler_backoff, queue_backoff_path, retry_delay_s
 from .error_text import (
     MAX_LOGGED_ERROR_CHARS,
     class_path,
@@ -44,11 +47,12 @@ from .error_text import (
     message_of,
     unrecorded,
 )
-from .errors import Fail, Snooze, TimeLimitExceeded
+from .errors import Cancelled, Fail, Snooze, TimeLimitExceeded
 from .handles import snoozed_out
 from .history import record_attempt
 from .models import ResultState, StepState
 from .records import OutcomeKind, Settled
+from .runs import Run, bind, unbind
 from .signals import job_finished, job_started, send_robust
 from .workflows.progress import finish_step, lock
 
@@ -66,6 +70,7 @@ __all__ = [
     "OutcomeKind",
     "Settled",
     "call_handler",
+    "cancelled_error",
     "finished",
     "has_hooks",
     "run_handler",
@@ -107,7 +112,9 @@ class Outcome:
     A snooze's ``value`` is its delay; ``release`` is for a job never started.
     A failure carries its stored ``error``, the exception's class path and
     traceback as text (which can cross to another process), and the exception
-    itself when it was raised in this one.
+    itself when it was raised in this one. A retry's ``delay_s`` is the
+    backoff decided where the exception was raised (``retry_delay``); None
+    leaves it to the handle.
     """
 
     kind: OutcomeKind
@@ -117,6 +124,7 @@ class Outcome:
     exc_class: str | None = None
     traceback: str | None = None
     duration_ms: float = 0.0
+    delay_s: float | None = None
 
     @classmethod
     def failed(cls, kind: OutcomeKind, error: str, exc: BaseException) -> Outcome:
@@ -144,17 +152,21 @@ def call_handler(func: Callable[[Any], Any], arg: Any) -> Any:
     return value
 
 
-def run_handler(func: Callable[[Any], Any], arg: Any, job: Job) -> Outcome:
-    """Run ``func(arg)`` for ``job`` and return what it decided; never raises.
+def run_handler(func: Callable[[Any], Any], arg: Any, job: Job, run: Run | None = None) -> Outcome:
+    """Run ``func(arg)`` for ``job`` inside ``run`` and return what it decided; never raises.
 
-    ``KeyboardInterrupt`` is the one exception passed on: whoever pressed
-    Ctrl-C wants to stop, and the job did not fail.
+    ``current_run()`` is ``run`` meanwhile (a fresh one when the caller keeps
+    none). ``KeyboardInterrupt`` is the one exception passed on: whoever
+    pressed Ctrl-C wants to stop, and the job did not fail.
     """
     started = time.monotonic()
+    token = bind(run or Run(job))
     try:
         outcome = Outcome(ACK, value=call_handler(func, arg))
     except KeyboardInterrupt:
         raise
+    except Cancelled as exc:
+        outcome = Outcome.failed(OutcomeKind.CANCEL, message_of(exc, "cancelled"), exc)
     except Fail as exc:
         outcome = Outcome.failed(OutcomeKind.FAIL, message_of(exc, "failed"), exc)
     except Snooze as exc:
@@ -193,11 +205,26 @@ def run_handler(func: Callable[[Any], Any], arg: Any, job: Job) -> Outcome:
                 loggable(format_traceback(exc)),
             )
         outcome = Outcome.failed(OutcomeKind.RETRY, error, exc)
+    finally:
+        unbind(token)
     outcome.duration_ms = (time.monotonic() - started) * 1000
+    if outcome.kind == OutcomeKind.RETRY and job.attempts < job.max_attempts:
+        outcome.delay_s = retry_delay(func, job, outcome.exc)
     return outcome
 
 
-def run_job(func: Callable[[Any], Any], job: Job) -> Outcome:
+def retry_delay(func: Any, job: Job, error: BaseException | str | None) -> float:
+    """Return the delay before ``job``'s retry: ``func``'s backoff, the queue's, or the curve.
+
+    Called where the attempt's exception exists (the handler's thread, or
+    its child process), so a backoff sees the exception itself in either
+    pool. The queue's option is read from settings, as the worker's queues are.
+    """
+    backoff = handler_backoff(func, job.queue)
+    return retry_delay_s(job, error, backoff, queue_backoff_path(job.queue))
+
+
+def run_job(func: Callable[[Any], Any], job: Job, run: Run | None = None) -> Outcome:
     """Run a worker handler as a request would run a view: fresh connections around it.
 
     The tidy before a job is skipped when this thread tidied after its
@@ -208,7 +235,7 @@ def run_job(func: Callable[[Any], Any], job: Job) -> Outcome:
         tidy_connections(close_old_connections)
     send_robust(job_started, job.queue, job=job)
     try:
-        return run_handler(func, job, job)
+        return run_handler(func, job, job, run)
     finally:
         tidy_connections(close_old_connections)
         _tidied.at = time.monotonic()
@@ -232,14 +259,15 @@ def settles_alone(func: Any, job: Job) -> bool:
 def settle(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> Settled:
     """Apply ``outcome`` to ``handle`` with ``func``'s hooks; return what became of the job.
 
-    Returns ``acked``, ``retried``, ``snoozed``, ``dead``, ``released`` or
-    ``lost`` (the claim was no longer this handle's). One transaction per
-    outcome, joined with the hooks' writes. A connection error propagates:
-    nothing was recorded and the caller retries. Any other error is
-    contained: the job gets a failed attempt whose error says why its outcome
-    could not be recorded; a release that cannot be written is left to
-    lapse (``lost``), as its job never ran. ``job_finished`` is sent for every
-    outcome but a release (the job did not finish).
+    Returns ``acked``, ``retried``, ``snoozed``, ``dead``, ``released``,
+    ``cancelled`` or ``lost`` (the claim was no longer this handle's). One
+    transaction per outcome, joined with the hooks' writes. A connection
+    error propagates: nothing was recorded and the caller retries. Any other
+    error is contained: the job gets a failed attempt (a cancel stays a
+    cancel) whose error says why its outcome could not be recorded; a
+    release that cannot be written is left to lapse (``lost``), as its job
+    never ran. ``job_finished`` is sent for every outcome but a release (the
+    job did not finish).
     """
     try:
         result = _apply(handle, outcome, func, using)
@@ -259,6 +287,8 @@ def settle(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> Settle
         )
         error = unrecorded(outcome.kind, exc)
         kind = OutcomeKind.FAIL if outcome.kind == OutcomeKind.FAIL else OutcomeKind.RETRY
+        if outcome.kind == OutcomeKind.CANCEL:
+            kind = OutcomeKind.CANCEL  # still no retry: the job was asked to stop
         outcome = Outcome(kind, error=error)
         try:
             result = _apply(handle, outcome, None, using)
@@ -270,6 +300,12 @@ def settle(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> Settle
     if outcome.kind != OutcomeKind.RELEASE:
         finished(handle.job, outcome, result)
     return result
+
+
+def cancelled_error(outcome: Outcome) -> str:
+    """Return the error a cancelled attempt stores: ``cancelled``, then how the run ended."""
+    error = outcome.error or "cancel requested"
+    return error if "cancelled" in error.lower() else f"cancelled: {error}"
 
 
 def finished(job: Job, outcome: Outcome, result: Settled) -> None:
@@ -295,6 +331,8 @@ def _apply(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> Settle
         elif result == Settled.DEAD:
             error = outcome.error or snoozed_out(job)  # only a snooze ends dead without one
             _ended(handle, workflow, StepState.FAILED, error=error)
+        elif result == Settled.CANCELLED:
+            _ended(handle, workflow, StepState.CANCELLED, error=cancelled_error(outcome))
         return result
 
 
@@ -314,9 +352,23 @@ def _apply_outcome(handle: JobHandle, outcome: Outcome, func: Any, using: str) -
         if not handle.snooze(outcome.value):
             return Settled.LOST
         return Settled.SNOOZED if before < handle.job.max_snoozes else Settled.DEAD
+    if kind == OutcomeKind.CANCEL:
+        if not handle.cancel():
+            return Settled.LOST
+        error = cancelled_error(outcome)
+        record_attempt(using, job, error, outcome.exc_class, outcome.traceback)
+        hook = getattr(func, "on_failed", None)
+        if hook is not None:
+            # The last attempt: the Tasks backend records the task as failed, with why.
+            hook(job, outcome, True, using)
+        return Settled.CANCELLED
     failing = kind == OutcomeKind.FAIL
     exhausted = failing or job.attempts >= job.max_attempts
-    applied = handle.fail(outcome.error) if failing else handle.retry(outcome.error)
+    if failing:
+        applied = handle.fail(outcome.error)
+    else:
+        backoff = handler_backoff(func, job.queue)
+        applied = handle.retry(outcome.error, delay_s=outcome.delay_s, backoff=backoff)
     if not applied:
         return Settled.LOST
     record_attempt(using, job, outcome.error or "failed", outcome.exc_class, outcome.traceback)

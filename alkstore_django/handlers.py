@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .backoff import Backoff, check_backoff, set_handler_backoff
 from .errors import InvalidArgument, InvalidName
 from .validation import MAX_NAME_LENGTH, validate_name
 
@@ -105,12 +106,18 @@ class HandlerDecorator:
 
     The handler receives the claimed ``Job``. Returning acks it; raising retries
     it with the queue's backoff; raising ``Fail`` dead-letters it at once.
+    ``backoff`` is the handler's own ``(attempt, error) -> seconds`` for its
+    retries on ``queue``, over the queue's ``backoff`` option (``backoff.py``).
     """
 
-    def __call__(self, queue: str) -> Callable[[F], F]:
+    def __call__(self, queue: str, *, backoff: Backoff | None = None) -> Callable[[F], F]:
         validate_name("queue", queue)
+        if backoff is not None:
+            check_backoff(backoff, f"backoff for queue {queue!r}")
 
         def decorate(func: F) -> F:
+            if backoff is not None:
+                set_handler_backoff(func, queue, backoff)
             registry.register(queue, func)
             return func
 

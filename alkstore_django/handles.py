@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
+from .backoff import Backoff, check_backoff, retry_delay_s
 from .error_text import error_text
 from .records import Job
-from .timing import backoff_s
 from .validation import validate_duration
 
 if TYPE_CHECKING:
@@ -68,15 +68,27 @@ class JobHandle:
             return False
         return self._spend(self.queue.store.dialect.ack(*self._fence()))
 
-    def retry(self, error: str | None = None, delay_s: float | None = None) -> bool:
+    def retry(
+        self,
+        error: str | None = None,
+        delay_s: float | None = None,
+        *,
+        backoff: Backoff | None = None,
+    ) -> bool:
         """Back to pending after ``delay_s`` or the backoff; dead-letter when exhausted.
 
-        The dead letter's error is ``error`` (cleaned: no NUL, no lone
-        surrogate, capped at 64 KiB), or 'max attempts exceeded'.
+        Without ``delay_s`` the delay is ``backoff(attempt, error)`` (a
+        handler's), else the queue's ``backoff`` option, else the
+        equal-jitter curve; a backoff that fails falls back to the curve
+        (``backoff.retry_delay_s``). The dead letter's error is ``error``
+        (cleaned: no NUL, no lone surrogate, capped at 64 KiB), or 'max
+        attempts exceeded'.
         """
         self.queue.store.check_open()
         if delay_s is not None:
             delay_s = validate_duration("delay_s", delay_s)
+        if backoff is not None:
+            check_backoff(backoff)
         error = None if error is None else error_text(error)
         if self._spent:
             return False
@@ -85,7 +97,7 @@ class JobHandle:
             reason = "max attempts exceeded" if error is None else error
             return self._spend(dialect.bury_claimed(*self._fence(), reason))
         if delay_s is None:
-            delay_s = backoff_s(self.job.attempts, self.job.retry_base_s)
+            delay_s = retry_delay_s(self.job, error, backoff, self.queue.options.backoff)
         return self._spend(dialect.requeue_claimed(*self._fence(), delay_s=delay_s, error=error))
 
     def fail(self, error: str | None = None) -> bool:
@@ -97,13 +109,24 @@ class JobHandle:
         reason = "failed" if error is None else error
         return self._spend(self.queue.store.dialect.bury_claimed(*self._fence(), reason))
 
-    def heartbeat(self, extend_s: float) -> bool:
-        """Reset the claim deadline to now + ``extend_s`` (absolute); False once it has passed."""
+    def cancel(self) -> bool:
+        """Delete the job under this claim: it was cancelled while it ran (its unique key freed)."""
+        self.queue.store.check_open()
+        if self._spent:
+            return False
+        return self._spend(self.queue.store.dialect.cancel_claimed(*self._fence()))
+
+    def heartbeat(self, extend_s: float, progress: dict[str, Any] | None = None) -> bool:
+        """Reset the claim deadline to now + ``extend_s`` (absolute); False once it has passed.
+
+        ``progress`` (a ``Run.take_progress`` value) is stored by the same
+        statement, with the database's time as its ``progress_at``.
+        """
         self.queue.store.check_open()
         extend_s = validate_duration("extend_s", extend_s, allow_zero=False)  # type: ignore[assignment]
         if self._spent:
             return False
-        return self.queue.store.dialect.heartbeat(*self._fence(), extend_s)
+        return self.queue.store.dialect.heartbeat(*self._fence(), extend_s, progress)
 
     def release(self) -> bool:
         """Back to pending at once, giving back the attempt the claim consumed."""

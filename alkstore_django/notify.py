@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 from .conf import app_settings
 from .dialects import Watcher
+from .dialects.cancels import CANCEL_PAYLOAD_PREFIX
+from .dialects.controls import CONTROL_PAYLOAD
 from .errors import InvalidArgument
 from .queues import Queue, channel_for
 from .records import Notification
@@ -89,14 +91,20 @@ def open_watcher(
 
 
 def watch_queues(
-    store: Store, queues: Sequence[Queue], wake: Event, halt: Event, controls: Event
+    store: Store,
+    queues: Sequence[Queue],
+    wake: Event,
+    halt: Event,
+    controls: Event,
+    cancels: Event | None = None,
 ) -> None:
     """Set ``wake`` whenever something may have arrived on ``queues``, until ``halt`` is set.
 
     The body of a worker's watcher thread. ``controls`` is set too when one
-    of the queues was paused or resumed (where the engine says so). A
-    watcher that fails is closed and reopened a second later; meanwhile the
-    worker's poll finds the jobs.
+    of the queues was paused or resumed, and ``cancels`` when a job of one
+    was asked to cancel (where the engine carries payloads). A watcher that
+    fails is closed and reopened a second later; meanwhile the worker's poll
+    finds the jobs and the requests.
     """
     watcher: Watcher | None = None
     channels = [q.channel for q in queues]
@@ -104,9 +112,11 @@ def watch_queues(
         try:
             if watcher is None:
                 watcher = open_watcher(store, channels, queues=[q.name for q in queues])
-            woken, controlled = watcher.wait_for_controls(HALT_CHECK_S)
-            if controlled:
+            woken, payloads = watcher.wait_for_payloads(HALT_CHECK_S)
+            if CONTROL_PAYLOAD in payloads:
                 controls.set()
+            if cancels is not None and any(p.startswith(CANCEL_PAYLOAD_PREFIX) for p in payloads):
+                cancels.set()
             if woken:
                 wake.set()
         except Exception:

@@ -18,11 +18,18 @@ from .conf import app_settings
 from .errors import AlkstoreError, InvalidArgument
 from .history import recent_timeouts
 from .presence import live_workers
-from .records import Job, QueueLimitState, QueueStats, Schedule
-from .specs import parse_spec
+from .records import Job, QueueLimitState, QueueStats
+from .scheduler.registry import list_schedules as list_schedules
+from .scheduler.registry import set_schedules_enabled as set_schedules_enabled
 from .store import Store
 from .timing import UNIT_SECONDS
-from .validation import validate_duration, validate_int, validate_name, validate_queue_limits
+from .validation import (
+    validate_duration,
+    validate_int,
+    validate_name,
+    validate_queue_limits,
+    validate_tag,
+)
 from .workflows.progress import cancelling, resume
 
 if TYPE_CHECKING:
@@ -66,6 +73,11 @@ def _batch(batch_size: int) -> int:
     return validate_int("batch_size", batch_size, minimum=1, maximum=MAX_BATCH_SIZE)
 
 
+def _tagged(rows: QuerySet[Any], tag: str | None) -> QuerySet[Any]:
+    """Return ``rows`` with the tag ``tag`` (all when None): stored ``",a,b,"``, one LIKE."""
+    return rows if tag is None else rows.filter(tags__contains=f",{validate_tag(tag)},")
+
+
 def parse_age(text: str) -> int:
     """Return the seconds in an age such as ``30s``, ``15m``, ``12h`` or ``7d``.
 
@@ -90,28 +102,37 @@ def requeue_dead(
     using: str | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: Progress | None = None,
+    tag: str | None = None,
 ) -> int:
     """Move dead letters back to their queues as pending jobs; return how many moved.
 
     ``ids`` selects dead letters by id (restricted to ``queue`` when it is also
-    given); ``queue`` alone selects every dead letter of that queue. Each job
-    keeps its id, stamps and ``last_error``; it becomes pending, due now by the
-    database clock, with ``attempts`` reset to 0 (an expiry that has already
-    passed is dropped so it can run). The whole requeue is one transaction,
+    given); ``queue`` alone selects every dead letter of that queue. ``tag``
+    narrows either to the dead letters with that tag, or alone selects every
+    dead letter with it, whatever its queue. Each job keeps its id, stamps,
+    tags and ``last_error``; it becomes pending, due now by the database
+    clock, with ``attempts`` reset to 0 (an expiry that has already passed is
+    dropped so it can run). The whole requeue is one transaction,
     moved ``batch_size`` rows per statement; ``progress`` is called with the
     running count after each statement. Workers on the queues are woken on commit.
     """
     from .models import DeadJob
     from .queues import channel_for
 
-    if ids is None and queue is None:
-        raise InvalidArgument("Nothing to requeue: expected dead letter ids, a queue, or both.")
+    if ids is None and queue is None and tag is None:
+        raise InvalidArgument(
+            "Nothing to requeue: expected dead letter ids, a queue, a tag, or some of them."
+        )
     if queue is not None:
         validate_name("queue", queue, allow_reserved=True)
     batch_size = _batch(batch_size)
     alias = _alias(using)
     sql = _dialect(alias)
     selected = None if ids is None else _ids(ids)
+    if tag is not None:
+        # Resolved to ids once: the id path below moves them in batches.
+        rows = _tagged(DeadJob.objects.using(alias), tag)
+        selected = _present(selected, rows if queue is None else rows.filter(queue=queue))
     total = 0
     woken: set[str] = set()
     # An ORM-joinable write transaction: the resume of workflow steps opens atomic blocks.
@@ -124,7 +145,7 @@ def requeue_dead(
                 after_id = batch[-1]
         else:
             for chunk in _chunks(selected, batch_size):
-                if queue is not None:
+                if queue is not None and tag is None:
                     rows = DeadJob.objects.using(alias).filter(queue=queue, id__in=chunk)
                     chunk = list(rows.values_list("id", flat=True))
                 if chunk:
@@ -187,12 +208,20 @@ def get_dead(job_id: int, *, using: str | None = None) -> Job | None:
     return None if row is None else row.to_record()
 
 
-def count_dead(queue: str, *, using: str | None = None) -> int:
-    """Return how many dead letters ``queue`` has: what ``requeue_dead(queue=queue)`` would move."""
+def count_dead(
+    queue: str | None = None, *, using: str | None = None, tag: str | None = None
+) -> int:
+    """Return how many dead letters ``requeue_dead(queue=queue, tag=tag)`` would move.
+
+    Both None counts every dead letter.
+    """
     from .models import DeadJob
 
-    validate_name("queue", queue, allow_reserved=True)
-    return DeadJob.objects.using(_alias(using)).filter(queue=queue).count()
+    rows = _tagged(DeadJob.objects.using(_alias(using)), tag)
+    if queue is not None:
+        validate_name("queue", queue, allow_reserved=True)
+        rows = rows.filter(queue=queue)
+    return rows.count()
 
 
 def missing_dead(
@@ -211,10 +240,18 @@ def missing_dead(
 def _absent(ids: Iterable[int], rows: QuerySet[Any]) -> list[int]:
     """Return those of ``ids`` (validated) that are not among ``rows``, sorted."""
     wanted = _ids(ids)
-    found: set[int] = set()
-    for chunk in _chunks(wanted, DEFAULT_BATCH_SIZE):
-        found.update(rows.filter(id__in=chunk).values_list("id", flat=True))
+    found = set(_present(wanted, rows))
     return [i for i in wanted if i not in found]
+
+
+def _present(ids: Sequence[int] | None, rows: QuerySet[Any]) -> list[int]:
+    """Return those of ``ids`` (validated) among ``rows``, or all of theirs when None, sorted."""
+    if ids is None:
+        return list(rows.order_by("id").values_list("id", flat=True))
+    found: list[int] = []
+    for chunk in _chunks(ids, DEFAULT_BATCH_SIZE):
+        found.extend(rows.filter(id__in=chunk).values_list("id", flat=True))
+    return sorted(found)
 
 
 def dead_letter_queues(*, using: str | None = None) -> list[str]:
@@ -263,7 +300,7 @@ def purge_dead(
             return total
 
 
-# --- live jobs and schedules -----------------------------------------------------
+# --- live jobs ------------------------------------------------------------------
 
 
 def cancel_jobs(ids: Iterable[int], *, using: str | None = None) -> int:
@@ -288,25 +325,35 @@ def cancel_jobs(ids: Iterable[int], *, using: str | None = None) -> int:
 
 
 def retry_now(
-    ids: Iterable[int] | None = None, *, queue: str | None = None, using: str | None = None
+    ids: Iterable[int] | None = None,
+    *,
+    queue: str | None = None,
+    using: str | None = None,
+    tag: str | None = None,
 ) -> int:
     """Make live jobs waiting for a retry due now; return how many.
 
     Waiting for a retry means pending, attempted at least once and due later
     (its backoff, or the delay its handler asked for). ``ids`` selects jobs
     by id (restricted to ``queue`` when it is also given); ``queue`` alone
-    selects every waiting job of that queue. Nothing else changes: the
-    attempts already spent stay spent. One transaction; workers on the
-    queues are woken on commit.
+    selects every waiting job of that queue. ``tag`` narrows either to the
+    jobs with that tag, or alone selects every waiting job with it, whatever
+    its queue. Nothing else changes: the attempts already spent stay spent.
+    One transaction; workers on the queues are woken on commit.
     """
     from .queues import channel_for
 
-    if ids is None and queue is None:
-        raise InvalidArgument("Nothing to retry: expected job ids, a queue, or both.")
+    if ids is None and queue is None and tag is None:
+        raise InvalidArgument(
+            "Nothing to retry: expected job ids, a queue, a tag, or some of them."
+        )
     if queue is not None:
         validate_name("queue", queue, allow_reserved=True)
     selected = None if ids is None else _ids(ids)
     sql = _dialect(using)
+    if tag is not None:
+        # Resolved to the waiting jobs' ids; the update checks each is still waiting.
+        selected = _present(selected, _waiting(using, queue, tag))
     total = 0
     with sql.write_transaction() as cursor:
         chunks = (None,) if selected is None else _chunks(selected, MAX_BATCH_SIZE)
@@ -323,6 +370,11 @@ def not_waiting(
     ids: Iterable[int], *, queue: str | None = None, using: str | None = None
 ) -> list[int]:
     """Return those of ``ids`` that are not live jobs waiting for a retry (of ``queue``), sorted."""
+    return _absent(ids, _waiting(using, queue, None))
+
+
+def _waiting(using: str | None, queue: str | None, tag: str | None) -> QuerySet[Any]:
+    """Return the live jobs waiting for a retry (of ``queue``, with ``tag``), by database clock."""
     from .models import Job
 
     rows = Job.objects.using(_alias(using)).filter(
@@ -331,41 +383,7 @@ def not_waiting(
     if queue is not None:
         validate_name("queue", queue, allow_reserved=True)
         rows = rows.filter(queue=queue)
-    return _absent(ids, rows)
-
-
-def set_schedules_enabled(ids: Iterable[int], enabled: bool, *, using: str | None = None) -> int:
-    """Resume (``enabled=True``) or pause schedules by id; return how many changed.
-
-    A paused schedule does not fire. Resuming moves a next run that passed
-    while paused to the schedule's first boundary after now, computed by the
-    spec value (not in SQL), and drops a held refusal (the operator acted):
-    missed fires are skipped, not replayed.
-    """
-    from .models import Schedule
-
-    selected = _ids(ids)
-    if not selected:
-        return 0
-    alias, sql = _alias(using), _dialect(using)
-    changed = 0
-    with sql.write_transaction():
-        now = sql.database_now()
-        rows = Schedule.objects.using(alias).select_for_update()
-        for row in rows.filter(pk__in=selected, enabled=not enabled):
-            updates: dict[str, Any] = {"enabled": bool(enabled), "updated_at": now}
-            if enabled and (row.next_run_at <= now or row.refused_from is not None):
-                updates["next_run_at"] = parse_spec(row.spec, row.zone).next_after(now)
-                updates["refused_from"] = None
-            changed += Schedule.objects.using(alias).filter(pk=row.pk).update(**updates)
-    return changed
-
-
-def list_schedules(*, using: str | None = None) -> list[Schedule]:
-    """Return every schedule as stored, by name (paused and refused ones included)."""
-    from .models import Schedule as ScheduleRow
-
-    return [row.to_record() for row in ScheduleRow.objects.using(_alias(using)).order_by("name")]
+    return _tagged(rows, tag)
 
 
 # --- queue controls ----------------------------------------------------------------
@@ -438,7 +456,7 @@ def queue_overview(*, using: str | None = None) -> list[QueueStats]:
 
 
 def queue_limit_states(*, using: str | None = None) -> dict[str, QueueLimitState]:
-    """Return queue -> its ``max_running`` and ``rate`` and its rate window, for limited queues.
+    """Return queue -> its limits (``max_running``, ``max_running_per_key``, ``rate``) and window.
 
     Queues whose ``QUEUES`` entry has neither limit are left out, and so is a
     bad entry (the system check ``alkstore.E011``/``E012`` names it). A window
@@ -473,6 +491,7 @@ def queue_limit_states(*, using: str | None = None) -> dict[str, QueueLimitState
         result[name] = QueueLimitState(
             queue=name,
             max_running=limits.max_running,
+            max_running_per_key=limits.max_running_per_key,
             rate=rate,
             rate_starts=limits.rate_starts,
             window_starts=starts if open_window else 0,

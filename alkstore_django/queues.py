@@ -13,11 +13,12 @@ from django.db import transaction
 from .conf import QueueOptions, app_settings
 from .errors import DuplicateJob, InvalidArgument
 from .handles import JobHandle
-from .records import EnqueueStamps, QueueStats, SweepResult
+from .records import EnqueueStamps, QueueStats, SweepResult, join_tags
 from .signals import job_enqueued
 from .validation import (
     OnDuplicate,
     encode_payload,
+    validate_concurrency_key,
     validate_duration,
     validate_int,
     validate_max_attempts,
@@ -25,6 +26,7 @@ from .validation import (
     validate_priority,
     validate_queue_limits,
     validate_run_at,
+    validate_tags,
     validate_unique_key,
     validate_worker_id,
 )
@@ -115,6 +117,8 @@ class Queue:
         unique_for_s: float | None = None,
         on_duplicate: OnDuplicate = "return",
         keep_result_s: float | None = None,
+        concurrency_key: str | None = None,
+        tags: Sequence[str] | None = None,
     ) -> int:
         """Write one pending job and return its id.
 
@@ -129,21 +133,23 @@ class Queue:
 
         With ``keep_result_s`` (or the queue option) what became of the job
         is kept that long after it finished: ``Store.get_result(id)``.
+        ``concurrency_key`` is what the queue's ``max_running_per_key`` limits;
+        ``tags`` are kept on the job, its dead letter and its result.
         """
         self.store.check_open()
         encoded = encode_payload(
             payload, app_settings.max_payload_bytes, app_settings.payload_codec.encode
         )
         stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts, timeout_s)
-        keep = self._keep_result_s(keep_result_s)
+        marks = self._marks(keep_result_s, concurrency_key, tags)
         if unique_key is not None or unique_for_s is not None or on_duplicate != "return":
             single = None if unique_key is None else [unique_key]
             keys = _unique_keys(single, 1, unique_for_s, on_duplicate)
-            return self._enqueue_unique(stamps, [encoded], keys, unique_for_s, on_duplicate, keep)[
+            return self._enqueue_unique(stamps, [encoded], keys, unique_for_s, on_duplicate, marks)[
                 0
             ]
-        if keep is not None:
-            return self._write_kept(stamps, [encoded], keep)[0]
+        if marks:
+            return self._write_marked(stamps, [encoded], marks)[0]
         ids = self.store.dialect.enqueue(stamps, (encoded,))
         if job_enqueued.receivers:
             job_enqueued.send(self.name, job_ids=ids)
@@ -163,6 +169,8 @@ class Queue:
         unique_for_s: float | None = None,
         on_duplicate: OnDuplicate = "return",
         keep_result_s: float | None = None,
+        concurrency_key: str | None = None,
+        tags: Sequence[str] | None = None,
     ) -> list[int]:
         """Write many pending jobs in one statement and return their ids in order.
 
@@ -171,7 +179,8 @@ class Queue:
         ``unique_key``: a payload whose key is taken (by a live job, a window,
         or an earlier payload of the batch) is not written and its place in
         the result holds the holder's id. With ``on_duplicate="raise"`` one
-        taken key writes nothing at all.
+        taken key writes nothing at all. ``concurrency_key`` and ``tags`` apply
+        to every job of the batch.
         """
         self.store.check_open()
         if isinstance(payloads, (str, bytes, dict)) or not isinstance(payloads, Iterable):
@@ -181,14 +190,14 @@ class Queue:
         limit, to_json = app_settings.max_payload_bytes, app_settings.payload_codec.encode
         encoded = [encode_payload(payload, limit, to_json) for payload in payloads]
         stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts, timeout_s)
-        keep = self._keep_result_s(keep_result_s)
+        marks = self._marks(keep_result_s, concurrency_key, tags)
         if unique_keys is not None or unique_for_s is not None or on_duplicate != "return":
             keys = _unique_keys(unique_keys, len(encoded), unique_for_s, on_duplicate)
-            return self._enqueue_unique(stamps, encoded, keys, unique_for_s, on_duplicate, keep)
+            return self._enqueue_unique(stamps, encoded, keys, unique_for_s, on_duplicate, marks)
         if not encoded:
             return []
-        if keep is not None:
-            return self._write_kept(stamps, encoded, keep)
+        if marks:
+            return self._write_marked(stamps, encoded, marks)
         ids = self.write_encoded(encoded, stamps=stamps)
         if job_enqueued.receivers:
             job_enqueued.send(self.name, job_ids=ids)
@@ -201,7 +210,7 @@ class Queue:
         keys: list[str],
         unique_for_s: float | None,
         on_duplicate: OnDuplicate,
-        keep_result_s: float | None = None,
+        marks: dict[str, Any],
     ) -> list[int]:
         """Write the payloads whose key is free; return each payload's job id or its key's holder's.
 
@@ -235,32 +244,53 @@ class Queue:
                             job_id=job_id,
                         )
             created_ids = [job_id for job_id, created in result.values() if created]
-            if keep_result_s is not None:
-                self._mark_kept(created_ids, keep_result_s)
+            if marks:
+                self._mark(created_ids, marks)
         if created_ids and job_enqueued.receivers:
             job_enqueued.send(self.name, job_ids=created_ids)
         return [result[key][0] for key in keys]
 
-    def _keep_result_s(self, keep_result_s: float | None) -> float | None:
-        """Return how long the results of this enqueue are kept: the call's, or the queue's."""
-        if keep_result_s is None:
-            return self.options.keep_result_s
-        return validate_duration("keep_result_s", keep_result_s, allow_zero=False)
+    def _marks(
+        self,
+        keep_result_s: float | None,
+        concurrency_key: str | None,
+        tags: Sequence[str] | None,
+    ) -> dict[str, Any]:
+        """Validate the columns a plain insert leaves null; return those this enqueue sets.
 
-    def _write_kept(self, stamps: EnqueueStamps, encoded: list[str], keep_s: float) -> list[int]:
-        """Write jobs whose results are kept: the insert, then their mark, in one transaction."""
+        ``keep_result_s`` is the call's, or the queue's.
+        """
+        marks: dict[str, Any] = {}
+        if keep_result_s is not None:
+            marks["keep_result_s"] = validate_duration(
+                "keep_result_s", keep_result_s, allow_zero=False
+            )
+        elif self.options.keep_result_s is not None:
+            marks["keep_result_s"] = self.options.keep_result_s
+        if concurrency_key is not None:
+            marks["concurrency_key"] = validate_concurrency_key(concurrency_key)
+        if tags is not None:
+            stored = join_tags(validate_tags(tags))
+            if stored is not None:
+                marks["tags"] = stored
+        return marks
+
+    def _write_marked(
+        self, stamps: EnqueueStamps, encoded: list[str], marks: dict[str, Any]
+    ) -> list[int]:
+        """Write jobs with ``marks``: the insert, then their marks, in one transaction."""
         with self.store.dialect.atomic_write():
             ids = self.write_encoded(encoded, stamps=stamps)
-            self._mark_kept(ids, keep_s)
+            self._mark(ids, marks)
         if job_enqueued.receivers:
             job_enqueued.send(self.name, job_ids=ids)
         return ids
 
-    def _mark_kept(self, ids: list[int], keep_s: float) -> None:
-        # A column the plain insert leaves null, so the common enqueue's statement is unchanged.
+    def _mark(self, ids: list[int], marks: dict[str, Any]) -> None:
+        # Columns the plain insert leaves null, so the common enqueue's statement is unchanged.
         from .models import Job
 
-        Job.objects.using(self.store.using).filter(id__in=ids).update(keep_result_s=keep_s)
+        Job.objects.using(self.store.using).filter(id__in=ids).update(**marks)
 
     def write_encoded(
         self,

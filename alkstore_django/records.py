@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -19,6 +20,8 @@ class OutcomeKind(StrEnum):
     SNOOZE = "snooze"
     # Not started (the queue was paused, the worker stopping): the attempt goes back.
     RELEASE = "release"
+    # Cancelled while it ran (``Store.cancel_job``): no retry, no dead letter.
+    CANCEL = "cancel"
 
 
 class Settled(StrEnum):
@@ -36,6 +39,7 @@ class Settled(StrEnum):
     DEAD = "dead"
     LOST = "lost"
     RELEASED = "released"
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,13 @@ class Job:
     step: str | None = None
     # How long what became of the job is kept once it finished; None: not kept.
     keep_result_s: float | None = None
+    # The key ``max_running_per_key`` limits (None: not limited) and the job's tags.
+    concurrency_key: str | None = None
+    tags: tuple[str, ...] = ()
+    # When ``Store.cancel_job`` asked its run to stop; None: never asked.
+    cancel_requested_at: datetime | None = None
+    # The handler's last reported progress (``Store.get_job`` only; a claim leaves it None).
+    progress: Progress | None = None
     # Not a field: the payload column as a claim read it, before the codec's
     # decode, set on the records a claim builds (``Dialect.job_from_row``) and
     # None on the others. The process pool sends it to the child, which decodes
@@ -100,6 +111,41 @@ class JobResult:
     attempts: int
     finished_at: datetime
     expires_at: datetime
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a running job has got, as its handler last reported it (``Run.progress``).
+
+    ``at`` is when it was written, by the database clock.
+    """
+
+    done: int
+    total: int | None
+    note: str | None
+    at: datetime | None
+
+    @classmethod
+    def from_stored(cls, stored: Any, at: datetime | None) -> Progress | None:
+        """Return the progress a job row stores (its JSON and its time), or None."""
+        if not isinstance(stored, dict):
+            return None
+        return cls(done=stored["done"], total=stored.get("total"), note=stored.get("note"), at=at)
+
+
+# A job's tags are stored as ",a,b,", so one LIKE finds a tag on every engine.
+TAG_SEPARATOR = ","
+
+
+def join_tags(tags: Sequence[str]) -> str | None:
+    """Return the stored form of validated ``tags`` (None for none)."""
+    return f",{TAG_SEPARATOR.join(tags)}," if tags else None
+
+
+def split_tags(stored: str | None) -> tuple[str, ...]:
+    """Return the tags of a stored ``",a,b,"`` (none for None)."""
+    return tuple(stored.strip(TAG_SEPARATOR).split(TAG_SEPARATOR)) if stored else ()
 
 
 @dataclass(frozen=True)
@@ -185,6 +231,7 @@ class QueueLimitState:
 
     queue: str
     max_running: int | None = None
+    max_running_per_key: int | None = None
     rate: str | None = None
     rate_starts: int | None = None
     window_starts: int = 0

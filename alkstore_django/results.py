@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .conf import app_settings
 from .models import DeadJob, JobResult, ResultState
 from .records import JobResult as JobResultRecord
+from .records import join_tags, split_tags
 from .validation import encode_payload, validate_int
 
 if TYPE_CHECKING:
@@ -43,7 +44,17 @@ def keep(
     error: str | None = None,
 ) -> None:
     """Write ``job``'s result, kept ``job.keep_result_s`` from now (database clock)."""
-    keep_row(store, job.id, job.queue, job.attempts, job.keep_result_s, state, value, error)
+    keep_row(
+        store,
+        job.id,
+        job.queue,
+        job.attempts,
+        job.keep_result_s,
+        state,
+        value,
+        error,
+        tags=join_tags(job.tags),
+    )
 
 
 def keep_acked(store: Store, acked: list[tuple[Job, Any]]) -> None:
@@ -62,6 +73,7 @@ def keep_acked(store: Store, acked: list[tuple[Job, Any]]) -> None:
                 attempts=job.attempts,
                 finished_at=now,
                 expires_at=now + timedelta(seconds=job.keep_result_s or 0),
+                tags=join_tags(job.tags),
             )
             for job, value in acked
         ],
@@ -78,8 +90,13 @@ def keep_row(
     state: ResultState,
     value: Any = None,
     error: str | None = None,
+    *,
+    tags: str | None = None,
 ) -> None:
-    """Write the result of job ``job_id`` (``keep``'s fields one by one, for a row read raw)."""
+    """Write the result of job ``job_id`` (``keep``'s fields one by one, for a row read raw).
+
+    ``tags`` is the job's stored tags column (``",a,b,"``), copied as it is.
+    """
     assert keep_result_s is not None
     now = store.dialect.database_now()
     JobResult.objects.using(store.using).create(
@@ -91,6 +108,7 @@ def keep_row(
         attempts=attempts,
         finished_at=now,
         expires_at=now + timedelta(seconds=keep_result_s),
+        tags=tags,
     )
 
 
@@ -122,6 +140,7 @@ def get_result(store: Store, job_id: int) -> JobResultRecord | None:
         attempts=dead.attempts,
         finished_at=dead.died_at,
         expires_at=expires_at,
+        tags=split_tags(dead.tags),
     )
 
 

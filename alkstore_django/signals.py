@@ -18,7 +18,7 @@ listens to one queue.
   child process in the process pool), right before it.
 - ``job_finished(sender, job, outcome, result)`` — sent once the outcome is
   durable, by whatever applied it (the worker, its sentinel, ``run_once``, the
-  test helpers): ``result`` is ``acked``, ``retried``, ``dead`` or ``lost``;
+  test helpers): ``result`` is ``acked``, ``retried``, ``dead``, ``cancelled`` or ``lost``;
   ``outcome`` (an ``executor.Outcome``) carries the error text, the exception's
   class path and traceback, and the exception itself when the handler ran in
   this process.

@@ -88,6 +88,21 @@ class Store:
         dead = DeadJob.objects.using(self.using).filter(id=job_id).first()
         return dead.to_record() if dead is not None else None
 
+    def cancel_job(self, job_id: int) -> bool:
+        """Cancel a live job, running or not; False when there is none (finished, dead, unknown).
+
+        A pending job is deleted at once (as ``Queue.cancel`` does). A running
+        one gets a durable request its worker hears of (within a second on
+        PostgreSQL, the poll interval elsewhere): its handler sees
+        ``current_run().cancel_requested``, is stopped after the queue's
+        ``cancel_grace_s`` if it runs on, and the job ends ``cancelled`` with
+        no retry and no dead letter. A job that finishes first is left as it
+        ended. Raises ``InvalidArgument`` for an id that is not a 64-bit integer.
+        """
+        from .cancels import cancel_job
+
+        return cancel_job(self, job_id) is not None
+
     def get_result(self, job_id: int) -> JobResult | None:
         """Return what became of a job kept with ``keep_result_s``; None when unknown or expired.
 

@@ -27,8 +27,9 @@ DEFAULT_WORKER_ID = "run_ready_jobs"
 class JobRun:
     """One attempt a test helper ran: the job, the attempt, and what became of it.
 
-    ``outcome`` is ``acked``, ``retried``, ``dead`` or ``lost``; ``error`` the
-    text stored for a failed attempt; ``value`` what the handler returned.
+    ``outcome`` is ``acked``, ``retried``, ``dead``, ``cancelled`` or ``lost``;
+    ``error`` the text stored for a failed attempt; ``value`` what the handler
+    returned.
     """
 
     job_id: int

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, Literal
 
@@ -96,6 +96,47 @@ def validate_unique_key(value: object) -> str:
     return value
 
 
+def validate_concurrency_key(value: object) -> str:
+    """Return ``value`` when it is a usable ``concurrency_key`` (the rules of a unique key)."""
+    try:
+        return validate_unique_key(value)
+    except InvalidArgument:
+        shown = value[:40] + "…" if isinstance(value, str) and len(value) > 40 else value
+        raise InvalidArgument(
+            f"Invalid concurrency_key {shown!r}: expected a non-empty string of at most "
+            f"{MAX_NAME_LENGTH} characters, without NUL or lone surrogates."
+        ) from None
+
+
+# A tag: lowercase, so that one LIKE matches it alike on every engine (SQLite's
+# LIKE ignores ASCII case, MariaDB's binary collation does not); no comma, the
+# stored separator.
+_TAG = re.compile(r"[a-z0-9][a-z0-9_.:/=@+#-]{0,63}")
+MAX_TAGS = 20
+
+
+def validate_tag(value: object) -> str:
+    """Return ``value`` when it is a tag: 1 to 64 of ``a-z 0-9 _ . : / = @ + # -``."""
+    if not isinstance(value, str) or not _TAG.fullmatch(value):
+        raise InvalidArgument(
+            f"Invalid tag {value!r}: expected 1 to 64 characters of lowercase a-z, 0-9 and "
+            "_ . : / = @ + # - (starting with a letter or digit), e.g. 'customer:7'."
+        )
+    return value
+
+
+def validate_tags(value: object) -> tuple[str, ...]:
+    """Return ``value`` as a tuple of distinct tags, in order; at most ``MAX_TAGS``."""
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, Iterable):
+        raise InvalidArgument(
+            f"Invalid tags {value!r}: expected a list of tags, e.g. ['customer:7', 'import']."
+        )
+    tags = tuple(dict.fromkeys(validate_tag(tag) for tag in value))
+    if len(tags) > MAX_TAGS:
+        raise InvalidArgument(f"Invalid tags: {len(tags)} tags; expected at most {MAX_TAGS}.")
+    return tags
+
+
 def validate_on_duplicate(value: object) -> OnDuplicate:
     """Return ``value`` when it is one of ``ON_DUPLICATE``."""
     if value not in ON_DUPLICATE:
@@ -164,20 +205,29 @@ def validate_max_attempts(value: object) -> int:
 
 
 def validate_queue_limits(opts: dict[str, Any]) -> QueueLimits | None:
-    """Return the ``max_running`` and ``rate`` of a queue's settings, or None when it has neither.
+    """Return the claim-time limits of a queue's settings, or None when it has none.
 
-    ``max_running`` is an integer of at least 1; ``rate`` is ``'<n>/<unit>'``
-    (unit s, m or h). Raises ``InvalidArgument`` naming the bad value.
+    ``max_running`` and ``max_running_per_key`` are integers of at least 1;
+    ``rate`` is ``'<n>/<unit>'`` (unit s, m or h). Raises ``InvalidArgument``
+    naming the bad value.
     """
     if QUEUE_LIMIT_NAMES.isdisjoint(opts):
         return None
     max_running, rate = opts.get("max_running"), opts.get("rate")
+    per_key = opts.get("max_running_per_key")
     if max_running is not None:
         max_running = validate_int("max_running", max_running, minimum=1)
+    if per_key is not None:
+        per_key = validate_int("max_running_per_key", per_key, minimum=1)
     starts, period_s = parse_rate(rate) if rate is not None else (None, None)
-    if max_running is None and starts is None:
+    if max_running is None and starts is None and per_key is None:
         return None
-    return QueueLimits(max_running=max_running, rate_starts=starts, rate_period_s=period_s)
+    return QueueLimits(
+        max_running=max_running,
+        rate_starts=starts,
+        rate_period_s=period_s,
+        max_running_per_key=per_key,
+    )
 
 
 def validate_run_at(value: object) -> datetime:
@@ -203,15 +253,27 @@ def validate_queue_options(opts: dict[str, Any], *, source: str = "queue option"
             checked[key] = validate_max_attempts(value)
         elif key == "max_snoozes":
             checked[key] = validate_int(key, value, minimum=0)
-        elif key == "retry_base_s":
+        elif key in ("retry_base_s", "cancel_grace_s"):
             checked[key] = validate_duration(key, value)
         elif key == "priority":
             checked[key] = validate_priority(value)
+        elif key == "backoff":
+            checked[key] = validate_backoff_path(value)
         elif key in ("expires_s", "timeout_s", "keep_result_s"):
             checked[key] = validate_duration(key, value, allow_zero=False, allow_none=True)
         else:
             checked[key] = validate_duration(key, value, allow_none=True)
     return checked
+
+
+def validate_backoff_path(value: object) -> str | None:
+    """Return ``value`` when it is None or a dotted path (imported when a retry needs it)."""
+    if value is None or (isinstance(value, str) and "." in value and value.strip() == value):
+        return value
+    raise InvalidArgument(
+        f"Invalid backoff {value!r}: expected the dotted path of a callable "
+        "(attempt, error) -> seconds, e.g. 'myapp.jobs.backoff', or None."
+    )
 
 
 def encode_payload(
@@ -230,10 +292,10 @@ def encode_payload(
     try:
         text = to_json(payload)
     except (TypeError, ValueError, RecursionError) as exc:
-        raise PayloadError(f"{what} {_preview(payload)} cannot be encoded as JSON: {exc}.") from exc
+        raise PayloadError(f"{what} {preview(payload)} cannot be encoded as JSON: {exc}.") from exc
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         # PostgreSQL's jsonb cannot store U+0000; refuse it on every engine alike.
-        raise PayloadError(f"{what} {_preview(payload)} contains U+0000, which cannot be stored.")
+        raise PayloadError(f"{what} {preview(payload)} contains U+0000, which cannot be stored.")
     if "e+" in text:
         # jsonb keeps a number's decimal digits, not its float-ness: 1e+300 would come
         # back as the integer 10**300. The float's exact value with a ".0" comes back equal.
@@ -242,7 +304,7 @@ def encode_payload(
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise PayloadError(
-            f"{what} {_preview(payload)} contains a lone surrogate, which cannot be stored."
+            f"{what} {preview(payload)} contains a lone surrogate, which cannot be stored."
         ) from exc
     if size > max_bytes:
         raise PayloadError(
@@ -256,10 +318,10 @@ def _exact_float(match: re.Match[str]) -> str:
     return match.group(0) if number is None else f"{int(float(number))}.0"
 
 
-def _preview(payload: Any) -> str:
+def preview(payload: Any) -> str:
+    """Return ``payload``'s repr for an error message, cut to 80 characters."""
     try:
         text = repr(payload)
-    except (RecursionError, ValueError):
-        # Too deep to show, or an integer with more digits than Python will print.
+    except Exception:  # noqa: BLE001 - too deep, too many digits, or a hostile __repr__
         return f"<unprintable {type(payload).__name__}>"
     return text if len(text) <= 80 else text[:77] + "..."

@@ -16,18 +16,22 @@ from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_permission_codename
-from django.core.exceptions import FieldDoesNotExist
+from django.core.exceptions import FieldDoesNotExist, PermissionDenied
 from django.db.models import DateTimeField, Model, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
+from django.views.decorators.http import require_POST
 
 from ..conf import app_settings
 from ..display import format_timestamp
+from ..errors import InvalidArgument
 from ..models import DeadJob, Job
-from ..validation import parse_id
+from ..records import split_tags
+from ..validation import parse_id, validate_tag
 
 _BREAK_AFTER = re.compile(r"(?<=[.:/_-])")
 # A bold red word beside a value (``format_html(WARNING_MARK, css_class, word)``).
@@ -99,6 +103,33 @@ def seconds_column(model: type[Model], name: str) -> Callable[[Model], str]:
 
 class AlkstoreModelAdmin(admin.ModelAdmin):
     """Rows live in ``ALKSTORE["DATABASE"]``; forms are read-only; times show seconds."""
+
+    #: The detail page's buttons: the template's flag -> the permission check it shows on.
+    page_buttons: dict[str, str] = {}
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        flags = {flag: getattr(self, check)(request) for flag, check in self.page_buttons.items()}
+        return super().change_view(request, object_id, form_url, {**(extra_context or {}), **flags})
+
+    def button_url(
+        self, suffix: str, view: Callable[[HttpRequest, str], HttpResponse], name: str
+    ) -> URLPattern:
+        """The URL of a detail page's button: POST only, behind the admin's login."""
+        return path(
+            f"<path:object_id>/{suffix}/", self.admin_site.admin_view(require_POST(view)), name=name
+        )
+
+    def button_target(self, request: HttpRequest, object_id: str, permitted: bool) -> Any:
+        """Return the object a detail page's button acts on, None when it is gone meanwhile."""
+        if not permitted:
+            raise PermissionDenied
+        return self.get_object(request, unquote(object_id))
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).using(app_settings.database)
@@ -191,3 +222,91 @@ class JobIdSearchMixin:
             # Both sides start from the filtered queryset, so list filters still apply.
             found |= queryset.filter(pk=job_id)
         return found, may_have_duplicates
+
+
+# A search term ``tag:customer:7`` keeps the rows with that tag.
+TAG_SEARCH_PREFIX = "tag:"
+# The tag filter lists the tags of this many newest rows, not of the whole table.
+TAG_SAMPLE_ROWS = 500
+TAG_CHOICES_SHOWN = 50
+
+
+def tagged(queryset: QuerySet, tag: str) -> QuerySet:
+    """Return the rows of ``queryset`` with the tag ``tag``; none when it is not a tag.
+
+    Tags are stored ``",a,b,"`` and are lowercase, so one escaped LIKE matches
+    a whole tag alike on every engine. A term no tag can be matches nothing
+    (a 200 with no rows, not an error).
+    """
+    try:
+        tag = validate_tag(tag.strip().lower())
+    except InvalidArgument:
+        return queryset.none()
+    return queryset.filter(tags__contains=f",{tag},")
+
+
+class TagFilter(admin.SimpleListFilter):
+    """Filter by one tag: ``?tag=customer:7``; the choices are the tags of the newest rows.
+
+    Listing every tag ever used would read every row; the newest
+    ``TAG_SAMPLE_ROWS`` rows (by primary key: an index scan) give the likely
+    choices. Any other tag is reached by its address or a ``tag:`` search.
+    """
+
+    title = "tag"
+    parameter_name = "tag"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        model = model_admin.model
+        newest = model._default_manager.using(app_settings.database).order_by("-pk")
+        seen: set[str] = set()
+        for stored in newest.values_list("tags", flat=True)[:TAG_SAMPLE_ROWS]:
+            seen.update(split_tags(stored))
+        names = sorted(seen)[:TAG_CHOICES_SHOWN]
+        chosen = self.value()
+        # Keep the chosen tag listed when no recent row has it.
+        if chosen is not None and chosen not in names:
+            names = sorted([*names, chosen])
+        return [(tag, tag) for tag in names]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        value = self.value()
+        return queryset if value is None else tagged(queryset, value)
+
+
+class TagsMixin:
+    """Search by tag, and the ``tag_list`` column: each tag a link to its filter.
+
+    A term ``tag:customer:7`` keeps only the rows with that tag (several such
+    terms: all of them), the other terms search as before; a search that is
+    one word and a tag also finds the rows with that tag.
+    """
+
+    model: type[Model]
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet, search_term: str
+    ) -> tuple[QuerySet, bool]:
+        terms = search_term.split()
+        for term in terms:
+            if term.lower().startswith(TAG_SEARCH_PREFIX):
+                queryset = tagged(queryset, term[len(TAG_SEARCH_PREFIX) :])
+        rest = [term for term in terms if not term.lower().startswith(TAG_SEARCH_PREFIX)]
+        found, may_have_duplicates = super().get_search_results(  # type: ignore[misc]
+            request, queryset, " ".join(rest)
+        )
+        if len(rest) == 1:
+            # Both sides start from the filtered queryset, so list filters still apply.
+            found |= tagged(queryset, rest[0])
+        return found, may_have_duplicates
+
+    @admin.display(description="tags")
+    def tag_list(self, obj: Model) -> str:
+        tags = split_tags(getattr(obj, "tags", None))
+        if not tags:
+            return "-"
+        meta = self.model._meta
+        url = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
+        return format_html_join(
+            ", ", '<a href="{}?{}">{}</a>', ((url, urlencode({"tag": t}), t) for t in tags)
+        )

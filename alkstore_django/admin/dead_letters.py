@@ -17,17 +17,16 @@ from django.contrib import admin, messages
 from django.contrib.admin import DateFieldListFilter
 from django.contrib.admin.actions import delete_selected
 from django.contrib.admin.utils import unquote
-from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
-from django.urls import URLPattern, path, reverse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern, reverse
 
 from .. import operations
 from ..conf import app_settings
 from ..display import error_summary, format_timestamp
 from ..history import attempts_of
 from ..models import DeadJob, Job
-from .base import AlkstoreModelAdmin, JobIdSearchMixin, workflow_step_link
+from .base import AlkstoreModelAdmin, JobIdSearchMixin, TagFilter, TagsMixin, workflow_step_link
 from .base import has_perm as _has_perm
 from .base import pre as _pre
 from .overview import OverviewViews
@@ -58,16 +57,20 @@ class DeadQueueFilter(admin.SimpleListFilter):
 
 
 @admin.register(DeadJob)
-class DeadJobAdmin(OverviewViews, QueueControlViews, JobIdSearchMixin, AlkstoreModelAdmin):
-    list_display = ("id", "queue", "attempts", "error_preview", "died_at")
-    list_filter = (DeadQueueFilter, ("died_at", DateFieldListFilter))
+class DeadJobAdmin(
+    OverviewViews, QueueControlViews, TagsMixin, JobIdSearchMixin, AlkstoreModelAdmin
+):
+    list_display = ("id", "queue", "attempts", "error_preview", "died_at", "tag_list")
+    list_filter = (DeadQueueFilter, ("died_at", DateFieldListFilter), TagFilter)
     search_fields = ("last_error",)
+    search_help_text = "Error text, a job id, or tag:TAG (a lone tag matches too)."
     ordering = ("-died_at",)
     list_per_page = 50
     # The unfiltered total is a second count(*) per request; the filtered one is enough.
     show_full_result_count = False
     # Django's own delete action: its confirmation page, then delete_queryset below.
     actions = ["requeue", delete_selected]
+    page_buttons = {"can_requeue": "has_requeue_permission"}
     fields = (
         "id",
         "queue",
@@ -86,6 +89,7 @@ class DeadJobAdmin(OverviewViews, QueueControlViews, JobIdSearchMixin, AlkstoreM
         "expires_at",
         "timeout_s",
         "unique_key",
+        "tag_list",
     )
     readonly_fields = fields
 
@@ -140,23 +144,9 @@ class DeadJobAdmin(OverviewViews, QueueControlViews, JobIdSearchMixin, AlkstoreM
     def delete_model(self, request: HttpRequest, obj: DeadJob) -> None:
         operations.delete_dead([obj.pk], using=app_settings.database)
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        extra = {**(extra_context or {}), "can_requeue": self.has_requeue_permission(request)}
-        return super().change_view(request, object_id, form_url, extra)
-
     def requeue_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """The detail page's Requeue button: POST only, with the requeue permission."""
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        if not self.has_requeue_permission(request):
-            raise PermissionDenied
-        dead = self.get_object(request, unquote(object_id))
+        dead = self.button_target(request, object_id, self.has_requeue_permission(request))
         changelist = reverse("admin:alkstore_django_deadjob_changelist")
         if dead is None or not operations.requeue_dead([dead.pk], using=app_settings.database):
             self.message_user(
@@ -174,10 +164,9 @@ class DeadJobAdmin(OverviewViews, QueueControlViews, JobIdSearchMixin, AlkstoreM
         return HttpResponseRedirect(changelist)
 
     def get_urls(self) -> list[URLPattern]:
-        requeue = self.admin_site.admin_view(self.requeue_view)
         return [
             *self.overview_urls(),
             *self.queue_control_urls(),
-            path("<path:object_id>/requeue/", requeue, name="alkstore_django_deadjob_requeue"),
+            self.button_url("requeue", self.requeue_view, "alkstore_django_deadjob_requeue"),
             *super().get_urls(),
         ]

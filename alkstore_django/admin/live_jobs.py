@@ -19,9 +19,17 @@ from django.utils.html import format_html
 from .. import operations
 from ..display import format_timestamp
 from ..models import Job, JobState
-from .base import WARNING_MARK, AlkstoreModelAdmin, JobIdSearchMixin, workflow_step_link
+from ..records import Progress
+from .base import (
+    WARNING_MARK,
+    JobIdSearchMixin,
+    TagFilter,
+    TagsMixin,
+    workflow_step_link,
+)
 from .base import has_perm as _has_perm
 from .base import pre as _pre
+from .cancel_button import CancelButtonAdmin
 
 
 class OverdueFilter(admin.SimpleListFilter):
@@ -39,8 +47,37 @@ class OverdueFilter(admin.SimpleListFilter):
         return queryset
 
 
+def progress_html(stored: Any, at: Any) -> str:
+    """Return a job's last reported progress as a bar with done/total and the note, or "-".
+
+    An unknown total draws the browser's indeterminate bar; the note is the
+    handler's text, escaped like every other value on the page.
+    """
+    progress = Progress.from_stored(stored, at)
+    if progress is None:
+        return "-"
+    done, total = progress.done, progress.total
+    title = f"reported {format_timestamp(at)}" if at is not None else "reported"
+    if total is None:
+        bar = format_html('<progress title="{}"></progress> {} done', title, done)
+    else:
+        percent = 100 if total <= 0 else min(100, 100 * done // total)
+        bar = format_html(
+            '<progress value="{}" max="100" title="{}">{}%</progress> {}/{} ({}%)',
+            percent,
+            title,
+            percent,
+            done,
+            total,
+            percent,
+        )
+    if progress.note:
+        return format_html('{} <span class="alk-progress-note">{}</span>', bar, progress.note)
+    return bar
+
+
 @admin.register(Job)
-class JobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
+class JobAdmin(TagsMixin, JobIdSearchMixin, CancelButtonAdmin):
     list_display = (
         "id",
         "queue",
@@ -49,18 +86,22 @@ class JobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
         "run_at",
         "claimed_by",
         "claim_deadline",
+        "progress_bar",
+        "tag_list",
     )
-    list_filter = ("queue", "state", OverdueFilter)
+    list_filter = ("queue", "state", OverdueFilter, TagFilter)
     search_fields = ("worker_id", "last_error")
+    search_help_text = "Worker id or error text, a job id, or tag:TAG (a lone tag matches too)."
     ordering = ("-id",)
     list_per_page = 50
     show_full_result_count = False
-    actions = ["retry_now", "cancel"]
+    actions = ["retry_now", "cancel", "cancel_running"]
     readonly_fields = (
         "id",
         "queue",
         "workflow_step",
         "state",
+        "progress_bar",
         "attempts",
         "max_attempts",
         "priority",
@@ -68,12 +109,14 @@ class JobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
         "run_at",
         "worker_id",
         "claim_expires_at",
+        "cancel_requested_at",
         "expires_at",
         "visibility_timeout_s",
         "timeout_s",
         "retry_base_s",
         "last_error",
         "unique_key",
+        "tag_list",
         "result_kept",
         "payload_pretty",
     )
@@ -104,6 +147,10 @@ class JobAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
         if getattr(obj, "is_overdue", False):
             return format_html("{} " + WARNING_MARK, when, "alk-overdue", "overdue")
         return when
+
+    @admin.display(description="progress")
+    def progress_bar(self, obj: Job) -> str:
+        return progress_html(obj.progress, obj.progress_at)
 
     @admin.display(description="workflow")
     def workflow_step(self, obj: Job) -> str:

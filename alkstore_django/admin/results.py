@@ -18,7 +18,7 @@ from django.utils.html import format_html
 from ..conf import app_settings
 from ..display import format_timestamp
 from ..models import DeadJob, Job, JobResult
-from .base import AlkstoreModelAdmin, JobIdSearchMixin, job_link
+from .base import AlkstoreModelAdmin, JobIdSearchMixin, TagFilter, TagsMixin, job_link
 from .base import pre as _pre
 
 
@@ -49,12 +49,15 @@ def kept_result(job: Job | DeadJob) -> str:
 
 
 @admin.register(JobResult)
-class JobResultAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
+class JobResultAdmin(TagsMixin, JobIdSearchMixin, AlkstoreModelAdmin):
     """Read-only: results are written by the job's outcome and pruned by the upkeep."""
 
-    list_display = ("job_id", "queue", "state", "attempts", "finished_at", "expires_at")
-    list_filter = ("state", "queue")
+    list_display = (
+        "job_id", "queue", "state", "attempts", "finished_at", "expires_at", "tag_list",
+    )  # fmt: skip
+    list_filter = ("state", "queue", TagFilter)
     search_fields = ("error",)
+    search_help_text = "Error text, a job id, or tag:TAG (a lone tag matches too)."
     # The primary key: newest jobs first without a sort over the whole table.
     ordering = ("-job_id",)
     list_per_page = 50
@@ -65,6 +68,7 @@ class JobResultAdmin(JobIdSearchMixin, AlkstoreModelAdmin):
         "queue",
         "state",
         "attempts",
+        "tag_list",
         "value_pretty",
         "error_full",
         "finished_at",

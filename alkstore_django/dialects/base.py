@@ -39,7 +39,7 @@ from ..models import (
     ScheduleFire,
     UniqueWindow,
 )
-from ..records import EnqueueStamps
+from ..records import EnqueueStamps, split_tags
 from ..records import Job as JobRecord
 
 JOB_TABLE = Job._meta.db_table
@@ -76,6 +76,9 @@ JOB_COLUMNS = (
     "workflow_id",
     "step",
     "keep_result_s",
+    "concurrency_key",
+    "tags",
+    "cancel_requested_at",
 )
 JOB_SELECT = ", ".join(JOB_COLUMNS)
 _new_record = object.__new__
@@ -87,7 +90,8 @@ _RECORD_KEYS = tuple("stored_payload" if name == "payload" else name for name in
 DEAD_COPY = (
     "id, queue, payload, priority, run_at, attempts, max_attempts, "
     "visibility_timeout_s, retry_base_s, expires_at, worker_id, enqueued_at, generation, "
-    "timeout_s, snoozes, max_snoozes, unique_key, workflow_id, step, keep_result_s"
+    "timeout_s, snoozes, max_snoozes, unique_key, workflow_id, step, keep_result_s, "
+    "concurrency_key, tags"
 )
 DEAD_COLUMNS = DEAD_COPY + ", last_error, died_at"
 # What a dead letter becomes when it is requeued: the same id and stamps,
@@ -100,7 +104,7 @@ REQUEUE_SELECT = (
     "id, queue, payload, priority, {now}, 0, max_attempts, visibility_timeout_s, "
     "retry_base_s, CASE WHEN expires_at > {now} THEN expires_at END, 'pending', NULL, NULL, "
     "last_error, enqueued_at, generation, timeout_s, snoozes, max_snoozes, NULL, "
-    "workflow_id, step, keep_result_s"
+    "workflow_id, step, keep_result_s, concurrency_key, tags, NULL"
 )
 # What every engine's enqueue writes: the columns, then the stamps' placeholders
 # (``EnqueueStamps.stamp_params`` fills them, in this order).
@@ -139,6 +143,14 @@ class Watcher(ABC):
         read the paused queues on its poll.
         """
         return self.wait(timeout_s), False
+
+    def wait_for_payloads(self, timeout_s: float) -> tuple[bool, list[str]]:
+        """Wait as ``wait``; return (woken, the payloads of the notifications that arrived).
+
+        An engine whose worker watcher carries no payloads (SQLite watches
+        the file) returns none: the worker's poll reads what they would say.
+        """
+        return self.wait(timeout_s), []
 
     @abstractmethod
     def close(self) -> None:
@@ -380,6 +392,10 @@ class Dialect(ABC):
         for name in ("run_at", "expires_at", "claim_expires_at", "enqueued_at"):
             values[name] = dt(values[name])
         values["died_at"] = None
+        values["progress"] = None
+        values["tags"] = split_tags(values["tags"])
+        if values["cancel_requested_at"] is not None:
+            values["cancel_requested_at"] = dt(values["cancel_requested_at"])
         return job
 
     def database_now(self) -> datetime:

@@ -21,6 +21,7 @@ from ..conf import QueueLimits
 from ..models import QueueControl
 from ..records import Job as JobRecord
 from .base import JOB_TABLE, Dialect
+from .keys import claim_keyed
 
 CONTROL_TABLE = QueueControl._meta.db_table
 # Uncorrelated: the engines evaluate it once per claim, by primary key.
@@ -64,15 +65,18 @@ class ControlStatements(Dialect):
         rows = self._fetchall(f"SELECT queue, paused_at FROM {CONTROL_TABLE} WHERE paused", [])
         return {queue: self.to_datetime(at) for queue, at in rows}
 
-    def lock_control(self, cursor: Any, queue: str) -> tuple[datetime, bool, datetime | None, int]:
-        """Lock the queue's control row (made if missing): (now, paused, window_at, starts).
+    def lock_control(
+        self, cursor: Any, queue: str
+    ) -> tuple[datetime, bool, datetime | None, int, str | None]:
+        """Lock the queue's control row (made if missing).
 
-        The row is read locked first and inserted only when missing, so a
-        claim writes nothing it does not change.
+        Returns (now, paused, window_at, starts, key_cursor). The row is read
+        locked first and inserted only when missing, so a claim writes nothing
+        it does not change.
         """
         now, now_params = self.now_sql()
         select = (
-            f"SELECT {now}, paused, window_at, window_starts FROM {CONTROL_TABLE} "
+            f"SELECT {now}, paused, window_at, window_starts, key_cursor FROM {CONTROL_TABLE} "
             f"WHERE queue = %s{self.row_lock_sql}"
         )
         cursor.execute(select, [*now_params, queue])
@@ -81,7 +85,7 @@ class ControlStatements(Dialect):
             cursor.execute(self.ensure_control_sql, [queue])
             cursor.execute(select, [*now_params, queue])
             row = cursor.fetchone()
-        return self.to_datetime(row[0]), bool(row[1]), self.to_datetime(row[2]), int(row[3])  # type: ignore[return-value]
+        return self.to_datetime(row[0]), bool(row[1]), self.to_datetime(row[2]), int(row[3]), row[4]  # type: ignore[return-value]
 
     def claim_limited(
         self,
@@ -92,20 +96,21 @@ class ControlStatements(Dialect):
         fences: Sequence[tuple[int, int]],
         limits: QueueLimits,
     ) -> tuple[list[int], list[JobRecord], float | None]:
-        """``claim_and_ack`` for a queue with ``max_running`` or ``rate``: (acked, jobs, hold_s).
+        """``claim_and_ack`` for a queue with limits: (acked, jobs, hold_s).
 
         One transaction: the acks first (a finished job frees its place),
         then the control row is locked, the live claims counted (a lapsed
         claim does not count) and the rate window read, and at most what
-        they allow is claimed through the engine's own claim. ``hold_s`` is
-        None when no limit held the claim back; else the seconds until the
-        rate window closes, or 0.0 when the claim waits for a running job to
-        finish. A paused queue claims nothing (and is not held: its workers
-        hear of the resume).
+        they allow is claimed: through the engine's own claim, or under
+        ``max_running_per_key`` through ``keys.claim_keyed`` once the lapsed
+        claims are settled. ``hold_s`` is None when no limit held the claim
+        back; else the seconds until the rate window closes, or 0.0 when the
+        claim waits for a running job to finish. A paused queue claims
+        nothing (and is not held: its workers hear of the resume).
         """
         with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
             acked = self.ack_fenced(ack_worker_id, fences) if fences else []
-            now, paused, window_at, starts = self.lock_control(cursor, queue)
+            now, paused, window_at, starts, key_cursor = self.lock_control(cursor, queue)
             if paused:
                 return acked, [], None
             allowed, hold_s = n, None
@@ -128,7 +133,17 @@ class ControlStatements(Dialect):
                 if left <= allowed:
                     allowed = left
                     hold_s = _until(window_at or now, period, now)
-            jobs = self.claim_and_ack(queue, worker_id, allowed, "", ())[1] if allowed > 0 else []
+            per_key, blocked = limits.max_running_per_key, False
+            if allowed <= 0:
+                jobs = []
+            elif per_key is None:
+                jobs = self.claim_and_ack(queue, worker_id, allowed, "", ())[1]
+            else:
+                # The engine's claim of nothing settles the lapsed claims first.
+                self.claim_and_ack(queue, worker_id, 0, "", ())
+                jobs, blocked = claim_keyed(
+                    self, cursor, queue, worker_id, allowed, per_key, key_cursor
+                )
             if limits.rate_starts is not None and jobs:
                 cursor.execute(
                     f"UPDATE {CONTROL_TABLE} SET window_at = %s, window_starts = %s "
@@ -136,7 +151,9 @@ class ControlStatements(Dialect):
                     [self.adapt_datetime(window_at or now), starts + len(jobs), queue],
                 )
         if len(jobs) < allowed:
-            hold_s = None  # the queue ran dry before any limit mattered
+            # The queue ran dry before any limit mattered, or its keys with
+            # pending jobs are at their limit: then it waits for one to finish.
+            hold_s = 0.0 if blocked else None
         return acked, jobs, hold_s
 
 

@@ -37,6 +37,9 @@ class QueueControl(models.Model):
     # The open rate window: when it opened (its first start) and its starts so far.
     window_at = models.DateTimeField(null=True, blank=True)
     window_starts = models.PositiveIntegerField(db_default=0)
+    # Under ``max_running_per_key``: the last key a claim considered, so that
+    # the next claim goes on from the key after it and every key takes its turn.
+    key_cursor = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
 
     class Meta:
         verbose_name = "queue control"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django.db import models
 from django.db.models import F, Q
@@ -25,6 +26,7 @@ def _job_record(
     state: str,
     claim_expires_at: datetime | None = None,
     died_at: datetime | None = None,
+    **extra: Any,
 ) -> records.Job:
     """Build the API's Job from a live row or a dead letter (they share these fields)."""
     return records.Job(
@@ -52,6 +54,9 @@ def _job_record(
         workflow_id=row.workflow_id,
         step=row.step,
         keep_result_s=row.keep_result_s,
+        concurrency_key=row.concurrency_key,
+        tags=records.split_tags(row.tags),
+        **extra,
     )
 
 
@@ -95,6 +100,10 @@ class JobStamps(models.Model):
     step = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
     # How long its result is kept once it has finished; null: not kept.
     keep_result_s = models.FloatField(null=True, blank=True)
+    # At most the queue's ``max_running_per_key`` jobs of one key run at once; null: no key.
+    concurrency_key = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
+    # The job's tags as ",a,b,": a tag is matched with one LIKE on every engine.
+    tags = models.TextField(null=True, blank=True)  # noqa: DJ001
 
     class Meta:
         abstract = True
@@ -106,6 +115,13 @@ class Job(JobStamps):
     id = models.BigAutoField(primary_key=True)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     claim_expires_at = models.DateTimeField(null=True, blank=True)
+    # When ``Store.cancel_job`` asked the running handler to stop (durable:
+    # a worker that missed the notification reads it again).
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # The handler's last reported progress (JSON: done, total, note) and when
+    # it was written, by the database clock.
+    progress = models.JSONField(null=True, blank=True)
+    progress_at = models.DateTimeField(null=True, blank=True)
 
     objects = JobQuerySet.as_manager()
 
@@ -137,6 +153,13 @@ class Job(JobStamps):
                 name="alk_job_expiry",
                 condition=Q(expires_at__isnull=False),
             ),
+            # A keyed claim: the keys with pending jobs, then each key's next
+            # jobs. MariaDB/MySQL get it unconditioned from ``prepare_schema``.
+            models.Index(
+                fields=["queue", "concurrency_key", "-priority", "run_at", "id"],
+                name="alk_job_key",
+                condition=Q(state="pending", concurrency_key__isnull=False),
+            ),
         ]
         constraints = [
             models.CheckConstraint(
@@ -166,7 +189,13 @@ class Job(JobStamps):
         return f"job {self.id} on {self.queue} ({self.state})"
 
     def to_record(self) -> records.Job:
-        return _job_record(self, state=self.state, claim_expires_at=self.claim_expires_at)
+        return _job_record(
+            self,
+            state=self.state,
+            claim_expires_at=self.claim_expires_at,
+            cancel_requested_at=self.cancel_requested_at,
+            progress=records.Progress.from_stored(self.progress, self.progress_at),
+        )
 
 
 class DeadJob(JobStamps):

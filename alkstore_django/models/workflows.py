@@ -32,6 +32,8 @@ class JobResult(models.Model):
     attempts = models.PositiveIntegerField()
     finished_at = models.DateTimeField()
     expires_at = models.DateTimeField()
+    # The job's tags, as the job stored them (",a,b,").
+    tags = models.TextField(null=True, blank=True)  # noqa: DJ001
 
     class Meta:
         verbose_name = "job result"
@@ -56,6 +58,7 @@ class JobResult(models.Model):
             attempts=self.attempts,
             finished_at=self.finished_at,
             expires_at=self.expires_at,
+            tags=records.split_tags(self.tags),
         )
 
 

@@ -8,6 +8,7 @@ row and wakes the leader; ``register_declared`` applies ``ALKSTORE["SCHEDULES"]`
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -22,6 +23,7 @@ from ..specs import parse_misfire, parse_spec, parse_zone
 from ..validation import (
     encode_payload,
     validate_duration,
+    validate_int,
     validate_max_attempts,
     validate_name,
     validate_priority,
@@ -220,3 +222,40 @@ def _warn_overwritten(edited: Schedule, record: ScheduleRecord) -> None:
         edited.admin_edited_at.isoformat() if edited.admin_edited_at else None,
         "; ".join(changed) or "none",
     )
+
+
+def set_schedules_enabled(ids: Iterable[int], enabled: bool, *, using: str | None = None) -> int:
+    """Resume (``enabled=True``) or pause schedules by id; return how many changed.
+
+    A paused schedule does not fire. Resuming moves a next run that passed
+    while paused to the schedule's first boundary after now, computed by the
+    spec value (not in SQL), and drops a held refusal (the operator acted):
+    missed fires are skipped, not replayed. ``operations`` offers it to the
+    admin.
+    """
+    from ..dialects import dialect_for
+
+    selected = sorted(
+        {validate_int("schedule id", i, minimum=-(2**63), maximum=2**63 - 1) for i in ids}
+    )
+    if not selected:
+        return 0
+    alias = using or app_settings.database
+    sql = dialect_for(alias)
+    changed = 0
+    with sql.write_transaction():
+        now = sql.database_now()
+        rows = Schedule.objects.using(alias).select_for_update()
+        for row in rows.filter(pk__in=selected, enabled=not enabled):
+            updates: dict[str, Any] = {"enabled": bool(enabled), "updated_at": now}
+            if enabled and (row.next_run_at <= now or row.refused_from is not None):
+                updates["next_run_at"] = parse_spec(row.spec, row.zone).next_after(now)
+                updates["refused_from"] = None
+            changed += Schedule.objects.using(alias).filter(pk=row.pk).update(**updates)
+    return changed
+
+
+def list_schedules(*, using: str | None = None) -> list[ScheduleRecord]:
+    """Return every schedule as stored, by name (paused and refused ones included)."""
+    rows = Schedule.objects.using(using or app_settings.database).order_by("name")
+    return [row.to_record() for row in rows]

@@ -48,6 +48,7 @@ from ..errors import PayloadError
 from ..executor import Outcome, OutcomeKind
 from ..records import Job
 from ..results import encode_result
+from ..runs import Run
 
 logger = logging.getLogger("alkstore_django.worker")
 
@@ -55,6 +56,8 @@ FDS_ENV = "ALKSTORE_CHILD_FDS"
 START_TIMEOUT_S = 120.0
 KILL_GRACE_S = 2.0
 ORPHAN_CHECK_S = 0.2
+# How often a child sends its handler's progress to the worker, at most.
+CHILD_PROGRESS_S = 0.25
 # Without a pidfd, how often a worker waiting for a child's answer checks it is alive.
 EXIT_CHECK_S = 0.2
 _FIELDS = tuple(f.name for f in dataclasses.fields(Job))
@@ -69,6 +72,8 @@ def job_to_wire(job: Job) -> dict[str, Any]:
     again with the codec (the text it was stored from).
     """
     wire = {name: getattr(job, name) for name in _FIELDS}
+    # A claimed record has no progress (the run reports it); a record a test made may.
+    wire["progress"] = None
     for name in _DATETIME_FIELDS:
         if wire[name] is not None:
             wire[name] = wire[name].isoformat()
@@ -90,6 +95,7 @@ def job_from_wire(wire: dict[str, Any]) -> Job:
     # As a claim reads the column: JSON text, or what a driver already parsed.
     value = json.loads(stored) if isinstance(stored, str) else stored
     wire["payload"] = app_settings.payload_codec.decode(value)
+    wire["tags"] = tuple(wire["tags"])
     return Job(**wire)
 
 
@@ -157,17 +163,25 @@ class Child:
     def pid(self) -> int:
         return self.process.pid
 
-    def run(self, job: Job, timeout_s: float | None) -> Outcome:
+    def run(self, job: Job, timeout_s: float | None, run: Run | None = None) -> Outcome:
         """Run ``job`` in the child; return its outcome, a timeout, or the child's death.
 
         After a timeout or a death the child is gone: the caller starts another.
+        The progress the child reports meanwhile is put into ``run``, which
+        the worker's main thread writes as it does a thread's.
         """
         started = time.monotonic()
         try:
             _write_all(self._to_child, _encode({"job": job_to_wire(job)}))
         except OSError:
             return self._died(started)
-        answer = self._receive(timeout_s)
+        deadline = None if timeout_s is None else started + timeout_s
+        while True:
+            answer = self._receive(None if deadline is None else deadline - time.monotonic())
+            if answer is None or "progress" not in answer:
+                break
+            if run is not None:
+                run.progress(*answer["progress"])
         if answer is None:
             if timeout_s is not None and self.process.poll() is None:
                 self.kill()
@@ -215,6 +229,11 @@ class Child:
         """Let the child finish: it exits when its pipe closes, or is SIGKILLed after the grace."""
         self._close_pipes()
         self.end_by(time.monotonic() + KILL_GRACE_S)
+
+    def tell_cancel(self) -> None:
+        """Tell the child its run was asked to cancel (SIGUSR1); safe from another thread."""
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(signal.SIGUSR1)
 
     def terminate(self) -> None:
         """Ask the child to stop now; safe from another thread (``run`` then sees it die)."""
@@ -304,16 +323,85 @@ def _checked_value(outcome: Outcome) -> Outcome:
     return outcome
 
 
+class ProgressSender:
+    """The child's side of a run's progress: sent to the worker as it comes, throttled.
+
+    A handler's report wakes a thread that sends it over the result pipe
+    (``{"progress": [done, total, note]}``), at most every
+    ``CHILD_PROGRESS_S``; the worker's main thread throttles the writes. The
+    value still unsent when the run ends goes ahead of its outcome (``finish``).
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        # One writer on the pipe at a time; the run being reported, or None.
+        self._lock = threading.Lock()
+        self._run: Run | None = None
+        self._reported = threading.Event()
+        self._sent_at = float("-inf")
+        threading.Thread(target=self._serve, name="alkstore-progress", daemon=True).start()
+
+    def start(self, job: Job) -> Run:
+        """Return the run of ``job``, whose reports this sends."""
+        run = Run(job, self._on_report)
+        with self._lock:
+            self._run = run
+        return run
+
+    def finish(self) -> None:
+        """Send the run's unsent progress, then nothing more of it: its outcome is next."""
+        with self._lock:
+            self._send()
+            self._run = None
+
+    def _on_report(self, run: Run) -> None:
+        self._reported.set()
+
+    def _serve(self) -> None:
+        while True:
+            self._reported.wait()
+            self._reported.clear()
+            time.sleep(max(self._sent_at + CHILD_PROGRESS_S - time.monotonic(), 0.0))
+            with self._lock:
+                self._send()
+
+    def _send(self) -> None:
+        value = None if self._run is None else self._run.take_progress()
+        if value is None:
+            return
+        self._sent_at = time.monotonic()
+        # A worker gone is seen by the orphan check; its outcome write fails too.
+        with contextlib.suppress(OSError):
+            message = {"progress": [value["done"], value["total"], value["note"]]}
+            _write_all(self._fd, _encode(message))
+
+
+def _cancel_current_run(signum: int, frame: Any) -> None:
+    """SIGUSR1 from the worker: the job this child runs was asked to cancel.
+
+    Python runs the handler in the main thread, the handler's own, inside
+    its run's context: ``current_run()`` is that run (None between jobs).
+    """
+    from ..runs import current_run
+
+    run = current_run()
+    if run is not None:
+        run.request_cancel()
+
+
 def child_main() -> None:
     """Serve the worker jobs until it closes the pipe (Django is set up by ``child.py``)."""
     # The worker decides when a child stops; a terminal's Ctrl-C is the worker's.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Before "ready": SIGUSR1's default action would end the child.
+    signal.signal(signal.SIGUSR1, _cancel_current_run)
     parent = os.getppid()
     threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
     jobs_r, results_w = (int(fd) for fd in os.environ[FDS_ENV].split(","))
     from ..executor import run_job, settles_alone
     from ..handlers import registry
 
+    progress = ProgressSender(results_w)
     _write_all(results_w, _encode({"ready": True}))
     with os.fdopen(jobs_r, "rb") as jobs:
         for line in jobs:
@@ -323,7 +411,8 @@ def child_main() -> None:
                 error = f"no handler for queue {job.queue!r} in the child"
                 outcome = Outcome(OutcomeKind.RETRY, error=error)
             else:
-                outcome = run_job(func, job)
+                outcome = run_job(func, job, progress.start(job))
+                progress.finish()
             if outcome.kind == OutcomeKind.ACK and (
                 job.workflow_id is not None or job.keep_result_s is not None
             ):
@@ -338,6 +427,8 @@ def child_main() -> None:
                 "exc_class": outcome.exc_class,
                 "traceback": outcome.traceback,
                 "duration_ms": outcome.duration_ms,
+                # The backoff was asked here, where the handler's exception exists.
+                "delay_s": outcome.delay_s,
                 "rss_mb": _rss_mb(),
             }
             try:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError
 
 from ..error_text import timed_out
-from ..errors import PayloadError, TimeLimitExceeded
+from ..errors import Cancelled, PayloadError, TimeLimitExceeded
 from ..executor import (
     ACK,
     CONNECTION_ERRORS,
@@ -34,6 +34,7 @@ from ..executor import (
     settles_alone,
 )
 from ..results import encode_result, keep_acked
+from .cancels import cancelled_outcome, past_grace
 from .holdings import Done, Held, Holdings
 from .slots import TIMED_OUT
 
@@ -104,6 +105,9 @@ class Completer:
         while unsettled:
             done = unsettled[0]
             held = done.held
+            if held.run.cancel_requested:
+                # However a run asked to cancel ended, it ends cancelled: never a plain ack.
+                done.outcome = cancelled_outcome(held, done.outcome)
             if waiting and held.handle.job.queue in waiting:
                 # One of its running jobs finished here: its place may be free.
                 self.controls.hold(held.handle.job.queue, None)
@@ -124,7 +128,15 @@ class Completer:
             self.tally.flush()
 
     def apply(self, held: Held, outcome: Outcome, *, reuse_slot: bool = True) -> Settled:
-        """Settle ``outcome`` for ``held`` (``executor.settle``), forget it, count it."""
+        """Settle ``outcome`` for ``held`` (``executor.settle``), forget it, count it.
+
+        Progress its handler reported and the worker has not written yet is
+        written first, so a retried or snoozed row shows the last value (an
+        acked job's row goes with its outcome: nothing would read it).
+        """
+        outcome = cancelled_outcome(held, outcome)
+        if held.run.progress_pending and outcome.kind != ACK:
+            self.holdings.write_progress(held)
         result = settle(held.handle, outcome, held.handler, self.store.using)
         self.holdings.forget(held, reuse_slot=reuse_slot)
         if outcome.kind == OutcomeKind.RELEASE:
@@ -247,38 +259,36 @@ class Completer:
                 held.stuck = stuck = True
                 self.holdings.slots.mark(held.slot, TIMED_OUT)
                 logger.error(
-                    "handler timed out id=%s queue=%s after %gs and its thread did not stop: "
+                    "handler stopped id=%s queue=%s (%s) and its thread did not stop: "
                     "the job stays claimed until this worker exits, which it does after its "
                     "grace period; use --pool processes for hard limits",
                     held.handle.job.id,
                     held.handle.job.queue,
-                    held.handle.job.timeout_s,
+                    _why_stopped(held, held.stop_sent_at),
                 )
         return stuck
 
     def stop_superseded_runs(self) -> None:
-        """Process pool: end each run of a claim this worker has since taken again."""
+        """Process pool: end each run of a claim taken again, or asked to cancel past its grace."""
         now = time.monotonic()
         for held in self.holdings.past_time_limit(now):
-            if held.superseded and held.stop_sent_at is None:
+            if (held.superseded or past_grace(held, now)) and held.stop_sent_at is None:
                 held.stop_sent_at = now
                 self._send_stop(held)
 
     def _send_stop(self, held: Held) -> None:
         job = held.handle.job
-        if held.superseded:
-            reason = "its claim lapsed and this worker claimed the job again"
-        else:
-            reason = f"it passed its time limit ({job.timeout_s:g} s)"
         logger.warning(
             "stopping handler id=%s queue=%s attempts=%s: %s",
             job.id,
             job.queue,
             job.attempts,
-            reason,
+            _why_stopped(held, held.stop_sent_at),
         )
         if held.lane is not None:
-            held.lane.stop(held.slot)
+            # A run past its cancel grace ends cancelled; any other stop is a time-out.
+            cancelled = not held.superseded and past_grace(held, time.monotonic())
+            held.lane.stop(held.slot, Cancelled if cancelled else TimeLimitExceeded)
 
     def release(self, held: Held) -> None:
         """Give back a job that never started, its attempt with it (at shutdown)."""
@@ -304,6 +314,17 @@ class Completer:
                 self.apply(held, interrupted)
 
 
+def _why_stopped(held: Held, at: float | None) -> str:
+    """Return why the worker stops ``held``'s run (at ``at``, monotonic), for its log lines."""
+    job = held.handle.job
+    if held.superseded:
+        return "its claim lapsed and this worker claimed the job again"
+    if at is not None and past_grace(held, at):
+        grace_s = held.handle.queue.options.cancel_grace_s
+        return f"it ran on {grace_s:g} s past its cancel request"
+    return f"it passed its time limit ({job.timeout_s:g} s)"
+
+
 def keeps_result_only(held: Held) -> bool:
     """True for a finished job whose ack writes its result and nothing else (no hook, no step)."""
     job = held.handle.job
@@ -318,7 +339,12 @@ def keeps_result_only(held: Held) -> bool:
 def stopped(held: Held, outcome: Outcome) -> Outcome:
     """Return the outcome of a run asked to stop: timed out if the raised time-out ended it."""
     limit = held.handle.job.timeout_s
-    if held.superseded or limit is None or not isinstance(outcome.exc, TimeLimitExceeded):
+    if (
+        outcome.kind == OutcomeKind.CANCEL
+        or held.superseded
+        or limit is None
+        or not isinstance(outcome.exc, TimeLimitExceeded)
+    ):
         return outcome
     return Outcome(
         OutcomeKind.RETRY,

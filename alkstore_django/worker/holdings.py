@@ -13,6 +13,7 @@ has not been, and every outcome of it is refused without a statement.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any
 
 from ..executor import Outcome
 from ..handles import JobHandle
+from ..runs import PROGRESS_INTERVAL_S, Run
 from .slots import ClaimSlots
 
 logger = logging.getLogger("alkstore_django.worker")
@@ -37,6 +39,8 @@ class Held:
     handler: Any
     next_heartbeat_at: float
     slot: int
+    # What the handler sees as ``current_run()``: its cancel flag and its progress.
+    run: Run
     # When its handler started (monotonic); None while it waits for a slot.
     started_at: float | None = None
     # The lane running it (set by its handler thread), to stop it at its time limit.
@@ -46,6 +50,8 @@ class Held:
     # When its thread was asked to stop at its time limit; True once it did not.
     stop_sent_at: float | None = None
     stuck: bool = False
+    # When its run, asked to cancel, is stopped if it has not ended (monotonic).
+    cancel_by: float | None = None
 
 
 @dataclass
@@ -64,8 +70,13 @@ class Holdings:
         # The current claim of each job by id; superseded claims by (id, generation).
         self._held: dict[int, Held] = {}
         self._superseded: dict[tuple[int, int], Held] = {}
-        # When the soonest claim needs renewing (monotonic).
+        # When the soonest claim needs renewing, or progress writing (monotonic).
         self.next_beat = float("inf")
+        # Set by a handler's first unwritten report (``Run.on_report``): the
+        # main thread then looks for progress to write, woken by ``wake``.
+        self.reported = False
+        self.wake: threading.Event | None = None
+        self._on_report = self._progress_reported  # bound once, not once a job
 
     def __len__(self) -> int:
         return len(self._held) + len(self._superseded)
@@ -79,7 +90,13 @@ class Holdings:
         job = handle.job
         beat_at = now + job.visibility_timeout_s * HEARTBEAT_FRACTION
         slot = self.slots.take(job.id, job.generation)
-        held = Held(handle=handle, handler=handler, next_heartbeat_at=beat_at, slot=slot)
+        held = Held(
+            handle=handle,
+            handler=handler,
+            next_heartbeat_at=beat_at,
+            slot=slot,
+            run=Run(job, self._on_report),
+        )
         self.next_beat = min(self.next_beat, beat_at)
         earlier = self._held.setdefault(job.id, held)
         if earlier is not held:
@@ -119,19 +136,44 @@ class Holdings:
         if reuse_slot:
             self.slots.free(held.slot)
 
+    def _progress_reported(self, run: Run) -> None:
+        """A handler's thread reported progress with none unwritten: wake the main thread."""
+        self.reported = True
+        if self.wake is not None:
+            self.wake.set()
+
     def renew_due(self) -> None:
-        """Renew every claim whose time has come; stop renewing one that was lost."""
+        """Renew every claim whose time has come; stop renewing one that was lost.
+
+        A run whose progress is due (``PROGRESS_INTERVAL_S`` after its last
+        write) has its claim renewed early to carry it: one statement renews
+        the claim and writes the progress, at most once a second per job.
+        """
         now = time.monotonic()
         self.next_beat = float("inf")
+        # Cleared before the runs are read: a report after this is seen next time.
+        self.reported = False
         for held in self:
-            if held.handle.spent:
-                continue
-            if held.next_heartbeat_at > now:
-                self.next_beat = min(self.next_beat, held.next_heartbeat_at)
+            if held.handle.spent or held.next_heartbeat_at == float("inf"):
+                continue  # settled, or its claim is lost: nothing to renew or write
+            run = held.run
+            progress_due = run.progress_due(now)
+            if held.next_heartbeat_at > now and not progress_due:
+                beat_at = held.next_heartbeat_at
+                if run.progress_pending:
+                    beat_at = min(beat_at, run.progress_written_at + PROGRESS_INTERVAL_S)
+                self.next_beat = min(self.next_beat, beat_at)
                 continue
             vt = held.handle.job.visibility_timeout_s
             held.next_heartbeat_at = now + vt * HEARTBEAT_FRACTION
-            if not held.handle.heartbeat(vt):
+            progress = run.take_progress() if progress_due else None
+            try:
+                renewed = held.handle.heartbeat(vt, progress)
+            except BaseException:
+                if progress is not None:
+                    run.untake_progress()
+                raise
+            if not renewed:
                 logger.warning(
                     "claim lost id=%s queue=%s attempts=%s: another worker may run it",
                     held.handle.job.id,
@@ -142,11 +184,27 @@ class Holdings:
                 held.next_heartbeat_at = float("inf")
             self.next_beat = min(self.next_beat, held.next_heartbeat_at)
 
+    def write_progress(self, held: Held) -> None:
+        """Write the run's unwritten progress now, fenced, before its outcome is applied.
+
+        Its outcome follows at once, so the one-a-second throttle does not
+        apply: the last value a handler reported is the one left readable.
+        """
+        progress = held.run.take_progress()
+        if progress is None or held.handle.spent:
+            return
+        try:
+            held.handle.heartbeat(held.handle.job.visibility_timeout_s, progress)
+        except BaseException:
+            held.run.untake_progress()
+            raise
+
     def past_time_limit(self, now: float) -> list[Held]:
         """Return the started jobs whose run has passed its ``timeout_s``, or whose claim lapsed.
 
         A superseded claim that started is included at once: its run must
-        not go on beside the job's new claim.
+        not go on beside the job's new claim. So is a run asked to cancel
+        that is still going past its grace (``cancel_by``).
         """
         return [
             held
@@ -154,6 +212,7 @@ class Holdings:
             if held.started_at is not None
             and (
                 held.superseded
+                or (held.cancel_by is not None and now >= held.cancel_by)
                 or (
                     held.handle.job.timeout_s is not None
                     and now - held.started_at >= held.handle.job.timeout_s

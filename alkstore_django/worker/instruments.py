@@ -27,7 +27,8 @@ class Instruments:
 
         self._outcomes = Counter(
             "alkstore_worker_jobs",
-            "Jobs this worker settled, by queue and outcome (acked, retried, dead, lost).",
+            "Jobs this worker settled, by queue and outcome "
+            "(acked, retried, dead, cancelled, lost).",
             ["queue", "outcome"],
             registry=registry,
         )

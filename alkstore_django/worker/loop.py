@@ -37,6 +37,7 @@ from ..notify import watch_queues
 from ..queues import Queue
 from ..store import Store, get_store
 from ..validation import validate_worker_id
+from .cancels import NOT_STARTED, Cancels
 from .children import KILL_GRACE_S
 from .completer import ACK_LINGER_S, Completer, fences
 from .controls import Controls
@@ -138,10 +139,13 @@ class Worker:
             self.worker_id, self.store, self.holdings, self.tally, self.controls, self._refill_at
         )
         self.upkeep = Upkeep(self)
+        self.cancels = Cancels(self.store, self.holdings, self.poll_interval_s)
         self._lanes: list[ThreadLane] = []
         self._queues: list[Queue] = []
         self._work: queue_module.SimpleQueue[Held | None] = queue_module.SimpleQueue()
         self._wake = threading.Event()
+        # A handler's progress report wakes the loop to write it (``Holdings.renew_due``).
+        self.holdings.wake = self._wake
         self._halt = threading.Event()
         self._threads: list[threading.Thread] = []
         self._rr = 0
@@ -235,8 +239,10 @@ class Worker:
             elif self.completer.stop_overdue_runs():
                 self.timed_out = True
                 return None
-        if time.monotonic() >= self.holdings.next_beat:
+        if self.holdings.reported or time.monotonic() >= self.holdings.next_beat:
             self.holdings.renew_due()
+        if self.holdings:
+            self.cancels.check_due()
         self.controls.read_if_due(self.store)
         self.upkeep.run_due(self._queues)
         claimed, drained = self._fill()
@@ -340,10 +346,15 @@ class Worker:
                 done.put(Done(held, Outcome(OutcomeKind.RELEASE)))
                 wake.set()
                 continue
+            if held.run.cancel_requested or held.handle.job.cancel_requested_at is not None:
+                # Asked to cancel before it started (an earlier claim lapsed mid-cancel).
+                done.put(Done(held, Outcome(OutcomeKind.CANCEL, error=NOT_STARTED)))
+                wake.set()
+                continue
             held.lane = lane
             held.started_at = time.monotonic()
             try:
-                outcome = lane.run(held.handle.job, held.handler, held.slot)
+                outcome = lane.run(held.run, held.handler, held.slot)
             except PoolBroken as exc:
                 logger.error("worker cannot run jobs, stopping: %s", exc)
                 self.broken = str(exc)
@@ -361,7 +372,14 @@ class Worker:
                 wake.set()
 
     def _watch(self) -> None:
-        watch_queues(self.store, self._queues, self._wake, self._halt, self.controls.changed)
+        watch_queues(
+            self.store,
+            self._queues,
+            self._wake,
+            self._halt,
+            self.controls.changed,
+            self.cancels.heard,
+        )
         tidy_connections(connections.close_all)
 
     # --- outages ---------------------------------------------------------------
@@ -405,7 +423,7 @@ class Worker:
         stats = self.stats
         logger.info(
             "worker stopped worker_id=%s acked=%d retried=%d dead=%d lost=%d released=%d "
-            "snoozed=%d",
+            "snoozed=%d cancelled=%d",
             self.worker_id,
             stats.acked,
             stats.retried,
@@ -413,6 +431,7 @@ class Worker:
             stats.lost,
             stats.released,
             stats.snoozed,
+            stats.cancelled,
         )
 
     def _unstarted(self) -> list[Held]:

@@ -20,7 +20,7 @@ from typing import Any
 from ..error_text import describe
 from ..errors import TimeLimitExceeded
 from ..executor import ACK, Outcome, run_job, settles_alone
-from ..records import Job
+from ..runs import Run
 from .children import Child, ChildGone
 from .slots import RETURNED, RUNNING, ClaimSlots
 
@@ -63,11 +63,12 @@ class ThreadLane:
         """Nothing to start: the thread is the lane (called in that thread)."""
         self._thread_id = threading.get_ident()
 
-    def run(self, job: Job, func: Any, slot: int) -> Outcome:
-        """Run ``job``'s handler; return its outcome (never raises but ``PoolBroken``)."""
+    def run(self, run: Run, func: Any, slot: int) -> Outcome:
+        """Run the job of ``run``; return its outcome (never raises but ``PoolBroken``)."""
+        job = run.job
         self.slots.mark(slot, RUNNING)
         self.inside = slot
-        outcome = run_job(func, job)
+        outcome = run_job(func, job, run)
         self.inside = -1
         if self.stopping:
             self._stopped()
@@ -76,8 +77,11 @@ class ThreadLane:
             self.slots.mark(slot, RETURNED)
         return outcome
 
-    def stop(self, slot: int) -> bool:
-        """Raise ``TimeLimitExceeded`` in the handler of ``slot``; False if it is not inside it.
+    def stop(self, slot: int, exc: type[BaseException] = TimeLimitExceeded) -> bool:
+        """Raise ``exc`` in the handler of ``slot``; False if it is not inside it.
+
+        ``TimeLimitExceeded`` at a time limit or a lapsed claim, ``Cancelled``
+        once a run asked to cancel has outlived its grace.
 
         Called from the worker's main thread. ``stopping`` is written before
         ``inside`` is read, and ``inside`` after the handler before
@@ -89,7 +93,10 @@ class ThreadLane:
         with self._lock:
             if self.inside != slot or not self._thread_id:
                 return False
-            return _raise_in(self._thread_id, TimeLimitExceeded) == 1
+            return _raise_in(self._thread_id, exc) == 1
+
+    def tell_cancel(self, slot: int) -> None:
+        """Nothing to tell: the handler's thread reads the run the worker marked."""
 
     def _stopped(self) -> None:
         with self._lock:
@@ -133,8 +140,9 @@ class ProcessLane(ThreadLane):
             self._child = Child(self.name)
             logger.info("child started name=%s pid=%d", self.name, self._child.pid)
 
-    def run(self, job: Job, func: Any, slot: int) -> Outcome:
-        """Run ``job`` in the child; ``PoolBroken`` when no child can be started."""
+    def run(self, run: Run, func: Any, slot: int) -> Outcome:
+        """Run the job of ``run`` in the child; ``PoolBroken`` when no child can be started."""
+        job = run.job
         try:
             self.start()
         except (ChildGone, OSError) as exc:
@@ -146,7 +154,7 @@ class ProcessLane(ThreadLane):
         self._busy.set()
         self._running = slot
         try:
-            outcome = child.run(job, job.timeout_s)
+            outcome = child.run(job, job.timeout_s, run)
         finally:
             self._running = None
             self._busy.clear()
@@ -179,18 +187,30 @@ class ProcessLane(ThreadLane):
             child.stop()
             self._child = None
 
-    def stop(self, slot: int) -> bool:
+    def stop(self, slot: int, exc: type[BaseException] = TimeLimitExceeded) -> bool:
         """End the child running ``slot`` at once; False if it is not running that slot.
 
-        Only a superseded claim's run is stopped this way (the child keeps its
-        own time limit): its outcome is void, and its job's new claim must not
-        run beside it. ``run`` sees the child die; the next job gets a new one.
+        Only a superseded claim's run, or a run asked to cancel past its
+        grace, is stopped this way (the child keeps its own time limit): the
+        first's outcome is void, and its job's new claim must not run beside
+        it; the second ends cancelled whatever ``exc`` says. ``run`` sees the
+        child die; the next job gets a new one.
         """
         child = self._child
         if child is None or self._running != slot:
             return False
         child.end_by(time.monotonic())
         return True
+
+    def tell_cancel(self, slot: int) -> None:
+        """Tell the child running ``slot`` that its run was asked to cancel (SIGUSR1).
+
+        The child's own run is what its handler reads; the signal marks it.
+        Safe to repeat, and a no-op once the child has moved on from ``slot``.
+        """
+        child = self._child
+        if child is not None and self._running == slot:
+            child.tell_cancel()
 
     def interrupt(self) -> None:
         """Kill the child if it is running a job (from another thread, at shutdown)."""

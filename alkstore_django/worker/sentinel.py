@@ -272,6 +272,10 @@ def settle_held(worker: Worker, error: str | None = None) -> dict[Settled, int]:
             result = settle(handle, Outcome(OutcomeKind.RELEASE), None, using)
         elif state == RETURNED:
             result = settle(handle, Outcome(OutcomeKind.ACK), None, using)
+        elif row.cancel_requested_at is not None:
+            # Asked to cancel while it ran: it ends cancelled however the worker died.
+            cancel = Outcome(OutcomeKind.CANCEL, error=f"cancelled: {died.error}")
+            result = settle(handle, cancel, worker.handlers.get(row.queue), using)
         elif state == TIMED_OUT and row.timeout_s is not None:
             # A thread that did not stop at its limit: its run ended with the process.
             limit = Outcome(OutcomeKind.RETRY, error=timed_out(row.timeout_s))

@@ -22,7 +22,10 @@ logger = logging.getLogger("alkstore_django.worker")
 
 OUTCOME_FLUSH_INTERVAL_S = 1.0
 # Logged at INFO; the rest at WARNING. Plain text, as ``record`` looks names up.
-_QUIET = frozenset(s.value for s in (Settled.ACKED, Settled.RETRIED, Settled.SNOOZED))
+# A cancel was asked for by an operator: no warning.
+_QUIET = frozenset(
+    s.value for s in (Settled.ACKED, Settled.RETRIED, Settled.SNOOZED, Settled.CANCELLED)
+)
 
 
 @dataclass
@@ -35,6 +38,7 @@ class WorkerStats:
     lost: int = 0
     released: int = 0
     snoozed: int = 0
+    cancelled: int = 0
 
 
 class Tally:
@@ -48,7 +52,7 @@ class Tally:
         self._last_flush = time.monotonic()
 
     def record(self, job: Job, outcome: Outcome, result: Settled) -> None:
-        """Count and log one settled outcome: acked, retried, snoozed, dead or lost."""
+        """Count and log one settled outcome: acked, retried, snoozed, dead, cancelled or lost."""
         # The member's plain text: the attribute, counter and set lookups below
         # take their fast path on an exact str, on every job.
         name = result._value_

@@ -362,7 +362,7 @@ def cancelling(store: Store, ids: Sequence[int]) -> Iterator[None]:
             for row in Job.objects.using(using)
             .filter(id__in=ids)
             .filter(Q(workflow_id__isnull=False) | Q(keep_result_s__isnull=False))
-            .values("id", "queue", "workflow_id", "step", "keep_result_s", "attempts")
+            .values("id", "queue", "workflow_id", "step", "keep_result_s", "attempts", "tags")
         ]
         lock(using, [row["workflow_id"] for row in rows if row["workflow_id"] is not None])
         yield
@@ -385,6 +385,7 @@ def cancelling(store: Store, ids: Sequence[int]) -> Iterator[None]:
                     row["keep_result_s"],
                     ResultState.CANCELLED,
                     error="cancelled",
+                    tags=row["tags"],
                 )
 
 

@@ -47,6 +47,17 @@ def test_overview__a_limited_queue_shows_its_limits_and_next_window(admin_client
     assert "alk-limits" not in state_cell(html, "ov.plain")
 
 
+def test_overview__a_keyed_queue_shows_its_limit_per_key(admin_client, settings):
+    settings.ALKSTORE = {
+        **settings.ALKSTORE,
+        "QUEUES": {"ov.keyed": {"max_running_per_key": 2, "max_running": 10}},
+    }
+    store.queue("ov.keyed").enqueue(1, concurrency_key="customer:7")
+    cell = state_cell(admin_client.get(reverse(OVERVIEW)).content.decode(), "ov.keyed")
+    assert "at most 10 running</span>; <span" in cell
+    assert "at most 2 running per concurrency key" in cell
+
+
 def test_overview__pause_button_keeps_the_auto_refresh(admin_client):
     store.queue("ov.r").enqueue(1)
     html = admin_client.get(reverse(OVERVIEW), {"refresh": "15"}).content.decode()

@@ -2,7 +2,7 @@
 
 Also: delete dead letters through the confirmation page, watch the worker on the
 live-workers page, pause a queue and a schedule, and the task-results list fits a 1400 px
-window.
+window; follow a failed workflow's graph; watch a running import's progress and cancel it.
 
 Debian's ``chromium`` is driven by Playwright for Python (Playwright cannot
 download its own browser here). The test is skipped, with the reason, only
@@ -370,3 +370,71 @@ def test_operator_reads_a_failed_workflow_and_follows_its_steps(live_server, scr
         assert page.locator("#alk-selected-step th").inner_text() == "large"
         assert page.locator('#alk-graph g.alk-selected[data-step="large"]').count() == 1
         page.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_operator_watches_an_import_progress_and_cancels_it_while_it_runs(
+    live_server, screenshots, python, subprocess_env
+):
+    """The live jobs page draws the running job's progress; its Cancel button stops the run."""
+    imports = store.queue("c.import")
+    job_id = imports.enqueue(
+        {"file": "customers-7.csv", "rows": 6_000, "row_s": 0.005},
+        concurrency_key="customer:7",
+        tags=["customer:7", "import"],
+        keep_result_s=3600,
+    )
+    imports.enqueue_many([{"file": f"customers-8-{i}.csv"} for i in range(2)], tags=["import"])
+    User.objects.create_superuser("operator", "ops@example.com", PASSWORD)
+    worker = subprocess.Popen(
+        [python, "-m", "django", "runworker", "--queue", "c.import", "--concurrency", "1"],
+        env=subprocess_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with chromium() as browser:
+            page = browser.new_page()
+            base = live_server.url
+            page.goto(f"{base}/admin/login/?next=/admin/")
+            page.fill("#id_username", "operator")
+            page.fill("#id_password", PASSWORD)
+            page.click("input[type=submit]")
+            page.wait_for_url("**/admin/")
+            page.goto(f"{base}/admin/alkstore_django/job/")
+            page.click("#toggle-nav-sidebar")  # more room for the table in the screenshot
+            bar = page.locator(f'#result_list tr:has(a[href$="/job/{job_id}/change/"]) progress')
+            for _ in range(80):
+                if bar.count() and int(bar.get_attribute("value")) >= 8:
+                    break
+                page.wait_for_timeout(250)
+                page.reload()
+            else:
+                raise AssertionError("the running job's progress bar never showed 8 %")
+            assert "rows imported" in page.locator("#result_list").inner_text()
+            page.screenshot(path=str(screenshots / "live-jobs-progress.png"))
+
+            page.goto(f"{base}/admin/alkstore_django/job/{job_id}/change/")
+            button = page.locator("form.alk-cancel button")
+            assert button.inner_text().strip().lower() == "cancel"
+            page.screenshot(path=str(screenshots / "live-job-cancel.png"))
+            button.click()
+            page.wait_for_selector("ul.messagelist")
+            assert "Asked the worker running job" in page.locator("ul.messagelist").inner_text()
+            # The run heeds it at its next row: the job leaves the live table, and
+            # the admin sends a page for a job that is gone back to its index.
+            for _ in range(80):
+                page.goto(f"{base}/admin/alkstore_django/job/{job_id}/change/")
+                if "/change/" not in page.url:
+                    break
+                page.wait_for_timeout(250)
+            else:
+                raise AssertionError(f"job {job_id} still live after its cancel")
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=60)
+    result = store.get_result(job_id)
+    assert result.state == "cancelled" and result.tags == ("customer:7", "import")
+    assert not DeadJob.objects.filter(id=job_id).exists()
+    assert not Job.objects.filter(id=job_id).exists()

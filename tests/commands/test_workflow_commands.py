@@ -254,6 +254,7 @@ def test_result__a_kept_success_prints_its_state_and_value():
         "attempts": 1,
         "finished_at": None,
         "expires_at": None,
+        "tags": [],
     }
     assert data["expires_at"] > data["finished_at"]
 

@@ -126,4 +126,11 @@ def workflow_step(job):
 
 
 # The chaos, hostile-handler and process-pool suites' handlers.
-from . import chaos_jobs, hostile_jobs, pool_jobs  # noqa: E402, F401
+from . import (  # noqa: E402, F401
+    backoff_jobs,
+    cancel_jobs,
+    chaos_jobs,
+    hostile_jobs,
+    pool_jobs,
+    progress_jobs,
+)

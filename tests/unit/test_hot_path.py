@@ -30,13 +30,15 @@ def test_job_from_row__builds_the_record_its_constructor_builds():
         "expires_at": None, "state": "processing", "worker_id": "w", "claim_expires_at": now,
         "last_error": "ValueError: x", "enqueued_at": now, "generation": 9, "timeout_s": 2.5,
         "snoozes": 1, "max_snoozes": 4, "unique_key": "k", "workflow_id": 11, "step": "s",
-        "keep_result_s": 60.0,
+        "keep_result_s": 60.0, "concurrency_key": "c", "tags": ",a,b,",
+        "cancel_requested_at": now,
     }  # fmt: skip
     row = [values[name] for name in JOB_COLUMNS]
     built = store.dialect.job_from_row(row)
-    assert built == Job(**{**values, "payload": {"a": [1]}})
-    # A field the row does not carry would silently keep its class default.
-    assert {f.name for f in fields(Job)} == {*JOB_COLUMNS, "died_at"}
+    assert built == Job(**{**values, "payload": {"a": [1]}, "tags": ("a", "b")})
+    # A field the row does not carry would silently keep its class default
+    # (a claim reads no progress: the run reports it).
+    assert {f.name for f in fields(Job)} == {*JOB_COLUMNS, "died_at", "progress"}
     with pytest.raises(ValueError, match="zip"):
         store.dialect.job_from_row(row[:-1])
 

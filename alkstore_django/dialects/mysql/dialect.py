@@ -47,6 +47,7 @@ from ..base import (
     Watcher,
     marks,
 )
+from ..cancels import CancelStatements
 from ..claims import ClaimStatements
 from ..controls import CONTROL_TABLE, PAUSED, ControlStatements
 from ..leases import LeaseStatements
@@ -65,6 +66,7 @@ LAPSED_BATCH = 1_000
 
 class MysqlDialect(
     ClaimStatements,
+    CancelStatements,
     UniqueJobs,
     ControlStatements,
     OperatorStatements,

@@ -20,6 +20,7 @@ MARIADB_COLLATION = "utf8mb4_nopad_bin"
 MYSQL_COLLATION = "utf8mb4_0900_bin"
 CLAIM_INDEX = "alk_job_claim"
 UNIQUE_INDEX = "alk_job_unique"
+KEY_INDEX = "alk_job_key"
 
 
 def settings_warnings(alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
@@ -84,6 +85,13 @@ def prepare_schema(schema_editor: Any, tables: Sequence[str]) -> None:
             [JOB_TABLE],
         )
         has_key = cursor.fetchone() is not None
+        cursor.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = DATABASE() "
+            "AND table_name = %s AND column_name = 'concurrency_key'",
+            [JOB_TABLE],
+        )
+        has_concurrency_key = cursor.fetchone() is not None
+        has_key_index = _index_column(cursor, KEY_INDEX, 1) is not None
     # Django creates alk_job_claim without its WHERE state = 'pending' here:
     # leading with state keeps a claim off the queue's processing rows.
     if not led_by_state:
@@ -96,6 +104,13 @@ def prepare_schema(schema_editor: Any, tables: Sequence[str]) -> None:
     if has_key and not has_unique:
         schema_editor.execute(
             f"ALTER TABLE {JOB_TABLE} ADD UNIQUE INDEX {UNIQUE_INDEX} (queue, unique_key)"
+        )
+    # Django skips alk_job_key here (it is partial). Without state it is not
+    # touched by a claim's update; only inserts and deletes maintain it.
+    if has_concurrency_key and not has_key_index:
+        schema_editor.execute(
+            f"ALTER TABLE {JOB_TABLE} ADD INDEX {KEY_INDEX} "
+            "(queue, concurrency_key, priority DESC, run_at, id)"
         )
 
 

@@ -181,6 +181,10 @@ class MysqlWatcher(Watcher):
         control = bool(found) and any(payload == CONTROL_PAYLOAD for _, payload in found or ())
         return found != [], control
 
+    def wait_for_payloads(self, timeout_s: float) -> tuple[bool, list[str]]:
+        found = self._watch(timeout_s, wake_on_ready=True)
+        return found != [], [payload for _, payload in found or ()]
+
     def close(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(MySQLdb.Error):

@@ -32,6 +32,7 @@ from ..base import (
     Dialect,
     Watcher,
 )
+from ..cancels import CancelStatements
 from ..claims import ClaimStatements
 from ..controls import PAUSED, ControlStatements
 from ..leases import LeaseStatements
@@ -93,6 +94,7 @@ def _enqueue_sql(single: bool, when: str, expires: bool) -> str:
 
 class PostgresDialect(
     ClaimStatements,
+    CancelStatements,
     UniqueJobs,
     ControlStatements,
     OperatorStatements,

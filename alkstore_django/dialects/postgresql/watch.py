@@ -88,6 +88,10 @@ class PostgresWatcher(Watcher):
         messages = self.receive(timeout_s)
         return bool(messages), any(payload == CONTROL_PAYLOAD for _, payload in messages)
 
+    def wait_for_payloads(self, timeout_s: float) -> tuple[bool, list[str]]:
+        messages = self.receive(timeout_s)
+        return bool(messages), [payload for _, payload in messages]
+
     def _pending(self) -> list[tuple[str, str]]:
         return [
             (note.channel, note.payload) for note in self._conn.notifies(timeout=0, stop_after=1000)

@@ -38,6 +38,7 @@ from ..base import (
     Dialect,
     Watcher,
 )
+from ..cancels import CancelStatements
 from ..claims import ClaimStatements
 from ..controls import PAUSED, ControlStatements
 from ..leases import LeaseStatements
@@ -54,6 +55,7 @@ MESSAGE_TAIL = 10_000
 
 class SqliteDialect(
     ClaimStatements,
+    CancelStatements,
     UniqueJobs,
     ControlStatements,
     OperatorStatements,
@@ -271,7 +273,9 @@ class SqliteDialect(
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
         return acked, jobs
 
-    def lock_control(self, cursor: Any, queue: str) -> tuple[datetime, bool, datetime | None, int]:
+    def lock_control(
+        self, cursor: Any, queue: str
+    ) -> tuple[datetime, bool, datetime | None, int, str | None]:
         # Write before reading: a deferred transaction that reads first cannot
         # wait for the write lock (SQLITE_BUSY_SNAPSHOT).
         cursor.execute(self.ensure_control_sql, [queue])

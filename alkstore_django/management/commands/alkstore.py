@@ -28,7 +28,9 @@ from ...errors import AlkstoreError
 from ...history import attempts_of
 from ...records import Job, Schedule
 from ...store import Store
-from ..arguments import accept_common_options, add_ids_option, database_alias, positive_int
+from ..arguments import accept_common_options, database_alias, positive_int
+from ..cancel import add_cancel_parser, cancel_by_id
+from ..repairs import RepairCommands, add_repair_parsers
 from ..service import require_migrated
 
 STATS_COLUMNS = (
@@ -37,13 +39,6 @@ STATS_COLUMNS = (
 DEAD_COLUMNS = ("id", "queue", "attempts", "died at", "error")
 SCHEDULE_COLUMNS = ("name", "spec", "zone", "misfire", "queue", "state", "from",
                     "next run (zone)", "next run (UTC)", "last fired", "last error")  # fmt: skip
-MISSING_SHOWN = 10
-
-
-def _listed(ids: Sequence[int]) -> str:
-    """Return the first ``MISSING_SHOWN`` of ``ids``, comma-separated, and how many more."""
-    more = len(ids) - MISSING_SHOWN
-    return ", ".join(map(str, ids[:MISSING_SHOWN])) + (f" and {more} more" if more > 0 else "")
 
 
 def add_limit(parser: Any) -> None:
@@ -56,11 +51,11 @@ def add_limit(parser: Any) -> None:
     )
 
 
-class Command(BaseCommand):
+class Command(RepairCommands, BaseCommand):
     help = (
         "Inspect and repair queues: stats, pause, resume, dead letters (list, show), requeue, "
-        "retry (jobs waiting for a retry, due now), purge-dead, schedules, workflows (list, show, "
-        "cancel), kept job results."
+        "retry (jobs waiting for a retry, due now), cancel (live jobs, running ones stopped), "
+        "purge-dead, schedules, workflows (list, show, cancel), kept job results."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -88,25 +83,12 @@ class Command(BaseCommand):
         show = dead_sub.add_parser("show", help="One dead letter: stamps, payload, full error.")
         show.add_argument("id", type=int, help="The dead letter's id (the job's id).")
         show.add_argument("--json", action="store_true", help="Print JSON for machines.")
-        requeue = sub.add_parser("requeue", help="Requeue a queue's dead letters (or some ids).")
-        requeue.add_argument("--queue", required=True, help="The queue whose dead letters to move.")
-        add_ids_option(
-            requeue, "Only these dead letter ids (repeatable); all of the queue's when omitted."
-        )
-        requeue.add_argument(
-            "--dry-run", action="store_true", help="Say how many would move; move nothing."
-        )
+        add_repair_parsers(sub)
+        add_cancel_parser(sub)
         schedules = sub.add_parser(
             "schedules", help="List the schedules: next runs, last fire, last error."
         )
         schedules.add_argument("--json", action="store_true", help="Print JSON for machines.")
-        retry = sub.add_parser(
-            "retry", help="Make jobs waiting for a retry (their backoff) due now, by id or queue."
-        )
-        retry.add_argument("--queue", default=None, help="Every waiting job of this queue.")
-        add_ids_option(
-            retry, "Only these job ids (repeatable); with --queue, only if they are in it."
-        )
         purge = sub.add_parser("purge-dead", help="Delete a queue's old dead letters.")
         purge.add_argument("--queue", required=True, help="The queue whose dead letters to purge.")
         purge.add_argument(
@@ -155,15 +137,23 @@ class Command(BaseCommand):
             elif command == "schedules":
                 self.schedules(using, as_json=options["json"])
             elif command == "requeue":
-                self.requeue(using, options["queue"], options["ids"], dry_run=options["dry_run"])
+                self.requeue(
+                    using,
+                    options["queue"],
+                    options["ids"],
+                    dry_run=options["dry_run"],
+                    tag=options["tag"],
+                )
             elif command == "retry":
-                self.retry(using, options["queue"], options["ids"])
+                self.retry(using, options["queue"], options["ids"], options["tag"])
             elif command == "workflows":
                 self.workflows(
                     Store(using), options["state"], options["limit"], as_json=options["json"]
                 )
             elif command == "workflow":
                 self.workflow(Store(using), options["id"], as_json=options["json"])
+            elif command == "cancel":
+                cancel_by_id(self, using, options["ids"])
             elif command == "cancel-workflow":
                 self.cancel_workflow(Store(using), options["id"])
             elif command == "result":
@@ -400,6 +390,7 @@ class Command(BaseCommand):
             ("priority", str(job.priority)),
             ("time limit", "-" if job.timeout_s is None else f"{job.timeout_s:g} s"),
             ("last worker", job.worker_id or "-"),
+            ("tags", ", ".join(job.tags) or "-"),
         )
         self._fields(*fields)
         self.stdout.write("payload:")
@@ -407,57 +398,6 @@ class Command(BaseCommand):
         self.stdout.write(payload)
         self.stdout.write("error:")
         self.stdout.write(job.last_error or "")
-
-    def requeue(self, using: str, queue: str, ids: list[int] | None, *, dry_run: bool) -> None:
-        if ids is not None:
-            # All or nothing: a mistyped id must not requeue the others silently.
-            missing = operations.missing_dead(ids, queue=queue, using=using)
-            if missing:
-                raise CommandError(
-                    f"No dead letter {_listed(missing)} in queue {queue!r}: nothing requeued."
-                )
-        if dry_run:
-            count = len(set(ids)) if ids is not None else operations.count_dead(queue, using=using)
-            if count == 0:
-                self._nothing_in(using, queue)
-            self.stdout.write(f"Would requeue {count} dead letter(s) of queue {queue!r}.")
-            return
-        moved = operations.requeue_dead(
-            ids, queue=queue, using=using, progress=self._progress("requeued")
-        )
-        if moved == 0:
-            self._nothing_in(using, queue)
-        self.stdout.write(
-            self.style.SUCCESS(f"Requeued {moved} dead letter(s) of queue {queue!r}.")
-        )
-
-    @staticmethod
-    def _nothing_in(using: str, queue: str) -> None:
-        queues = operations.dead_letter_queues(using=using)
-        known = ", ".join(map(repr, queues)) if queues else "none"
-        raise CommandError(
-            f"Queue {queue!r} has no dead letters: nothing requeued. "
-            f"Queues with dead letters: {known}."
-        )
-
-    def retry(self, using: str, queue: str | None, ids: list[int] | None) -> None:
-        if queue is None and ids is None:
-            raise CommandError(
-                "Nothing to retry: give --id JOB_ID (repeatable), --queue QUEUE, or both."
-            )
-        where = "" if queue is None else f" in queue {queue!r}"
-        if ids is not None:
-            # All or nothing: a mistyped id must not retry the others silently.
-            missing = operations.not_waiting(ids, queue=queue, using=using)
-            if missing:
-                raise CommandError(
-                    f"No job {_listed(missing)} waiting for a retry{where} (unknown, running, "
-                    "due already, or never attempted): nothing retried."
-                )
-        retried = operations.retry_now(ids, queue=queue, using=using)
-        if retried == 0 and ids is None:
-            raise CommandError(f"No job waiting for a retry{where}: nothing retried.")
-        self.stdout.write(self.style.SUCCESS(f"Made {retried} job(s){where} due now."))
 
     def purge(self, using: str, queue: str, older_than: str) -> None:
         try:
