@@ -1,7 +1,8 @@
 """Run every alkstore benchmark on PostgreSQL and SQLite (and, with --peers, the peers).
 
     python bench/run.py [--peers] [--quick] [--runs N] [--engines postgresql,sqlite,mariadb]
-                        [--workloads enqueue,drain,controls,latency,backlog,pools,workflows]
+                        [--workloads enqueue,drain,controls,latency,backlog,pools,workflows,
+                                     steering]
                         [--baseline TREE]
 
 Each figure is the median of N runs (default 3) with the min-max; the command
@@ -15,7 +16,8 @@ same server) and the SQLite file ``.test-db/alk_perf_bench.sqlite3``.
 a raw-psycopg floor. ``--baseline TREE`` instead runs the enqueue and drain
 workloads side by side with an earlier checkout (its own ``alkstore_django``,
 on ``<database>_baseline``), alternating run by run, and, when this tree has
-workflows, the workflow and kept-result rows on this tree in the same rounds.
+workflows, the workflow and kept-result rows on this tree in the same rounds
+(and, when it has them, the keyed-drain and progress rows of ``steering``).
 See docs/performance.md.
 """
 
@@ -169,7 +171,9 @@ class Sizes:
         return cls(2_000, 20_000, 50_000, 20_000, 500, 10_000, 1_000_000, 1_000, 3_000, 1_000)
 
 
-WORKLOADS = ("enqueue", "drain", "controls", "latency", "backlog", "pools", "workflows")
+WORKLOADS = (
+    "enqueue", "drain", "controls", "latency", "backlog", "pools", "workflows", "steering",
+)  # fmt: skip
 
 
 def side_database(engine: str, url: str, suffix: str) -> str:
@@ -258,6 +262,9 @@ def alkstore_figures(
     if "workflows" in workloads:
         figures += workflow_figures(engine, sizes, runs, env)
         log(f"{engine}: workflows done")
+    if "steering" in workloads:
+        figures += steering_figures(engine, sizes, runs, env)
+        log(f"{engine}: steering done")
     return figures
 
 
@@ -478,6 +485,37 @@ def workflow_figures(engine: str, sizes: Sizes, runs: int, env: dict[str, str]) 
     return [*figures.values(), *workflow_derived(figures, sizes, engine)]
 
 
+def steering_figures(engine: str, sizes: Sizes, runs: int, env: dict[str, str]) -> list[Figure]:
+    """Issue 24's rows (``bench/steering.py``) in the same rounds as the plain drains.
+
+    Each round runs the plain drains, the keyed drains, the progress drains
+    and the progress calls, the order reversed on odd rounds; the derived
+    rows compare each round's keyed or progress drain with its plain one.
+    """
+    from bench.steering import steering_derived, steering_workloads
+
+    plain = plain_drain_workloads(sizes)
+    workloads = {**plain, **steering_workloads(sizes.drain, engine)}
+    figures = {
+        name: Figure(name, "alkstore", engine, unit) for name, (_, _, unit) in workloads.items()
+    }
+    for name in plain:
+        figures[name].note = "paired with the steering rows"
+    for run in range(runs):
+        run_round(workloads, figures, env, run)
+        log(f"{engine}: steering round {run + 1} of {runs} done")
+    return [*figures.values(), *derived_figures(steering_derived(figures, sizes.drain), engine)]
+
+
+def derived_figures(rows: list[tuple[str, str, list[float]]], engine: str) -> list[Figure]:
+    figures = []
+    for name, unit, values in rows:
+        fig = Figure(name, "alkstore", engine, unit)
+        fig.values = values
+        figures.append(fig)
+    return figures
+
+
 def baseline_figures(engine: str, url: str, tree: Path, sizes: Sizes, runs: int) -> list[Figure]:
     """Enqueue and drain with this tree and with ``tree`` (an earlier checkout), alternating.
 
@@ -516,10 +554,16 @@ def baseline_figures(engine: str, url: str, tree: Path, sizes: Sizes, runs: int)
         for side in sides
         for name, (_, _, unit) in workloads.items()
     }
-    # This tree's rows of issue 23 (the baseline has neither workflows nor kept
-    # results), in the same rounds, next to its plain drains.
+    # This tree's rows of issues 23 and 24 (the baseline has neither workflows,
+    # kept results, keys nor progress), in the same rounds, next to its plain drains.
+    from bench.steering import has_steering, steering_derived, steering_workloads
+
     flows = workflow_workloads(sizes) if has_workflows(ROOT) else {}
-    mine = {name: Figure(name, "alkstore", engine, unit) for name, (_, _, unit) in flows.items()}
+    steer = steering_workloads(sizes.drain, engine) if has_steering(ROOT) else {}
+    mine = {
+        name: Figure(name, "alkstore", engine, unit)
+        for name, (_, _, unit) in {**flows, **steer}.items()
+    }
     try:
         for cwd, env in sides.values():
             run_json([*py, "migrate"], env, cwd=cwd)
@@ -537,8 +581,8 @@ def baseline_figures(engine: str, url: str, tree: Path, sizes: Sizes, runs: int)
                     if imported != expected[side]:
                         raise SystemExit(f"{side} imported {imported}, not {expected[side]}")
                     figures[side, name].values.append(result[key])
-            if flows:
-                run_round(flows, mine, sides["alkstore"][1], run)
+            if mine:
+                run_round({**flows, **steer}, mine, sides["alkstore"][1], run)
             log(f"{engine}: baseline round {run + 1} of {runs} done")
     finally:
         for link in site.iterdir():
@@ -556,9 +600,12 @@ def baseline_figures(engine: str, url: str, tree: Path, sizes: Sizes, runs: int)
         else:
             ratio.values = [a / b for a, b in pairs]
         rows.append(ratio)
+    plain = {name: figures["alkstore", name] for name in workloads}
+    rows += mine.values()
     if flows:
-        plain = {name: figures["alkstore", name] for name in workloads}
-        rows += [*mine.values(), *workflow_derived({**plain, **mine}, sizes, engine)]
+        rows += workflow_derived({**plain, **mine}, sizes, engine)
+    if steer:
+        rows += derived_figures(steering_derived({**plain, **mine}, sizes.drain), engine)
     return rows
 
 
@@ -714,7 +761,9 @@ def ratio_rows(figures: list[Figure]) -> list[Figure]:
 
 
 def print_table(figures: list[Figure]) -> None:
-    header = f"{'system':<18}{'engine':<11}{'figure':<46}{'median':>11}{'min-max':>22}  unit"
+    # The figure column fits the longest name (issue 24's keyed rows are long).
+    width = max([46, *(len(f.name) + 1 for f in figures if f.values)])
+    header = f"{'system':<18}{'engine':<11}{'figure':<{width}}{'median':>11}{'min-max':>22}  unit"
     print(header + "      target")
     print("-" * (len(header) + 18))
     for f in figures:
@@ -725,7 +774,7 @@ def print_table(figures: list[Figure]) -> None:
         verdict = "" if f.ok is None else ("met" if f.ok else "MISSED")
         target = f"{f.target} {verdict}".strip()
         print(
-            f"{f.system:<18}{f.engine:<11}{f.name:<46}{fmt.format(f.median):>11}"
+            f"{f.system:<18}{f.engine:<11}{f.name:<{width}}{fmt.format(f.median):>11}"
             f"{spread:>22}  {f.unit:<10}{target}"
         )
 

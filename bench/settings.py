@@ -72,3 +72,15 @@ ALKSTORE = {
     if _has_controls
     else {}
 }
+# The keyed drain (bench/steering.py): the no-op handler under a limit per
+# concurrency key, set by ``drain-keyed``'s PER_KEY for its workers too. Only
+# where the package has the keyed claim: an earlier checkout would refuse it.
+_has_keys = (
+    _package is not None
+    and _package.origin is not None
+    and (Path(_package.origin).parent / "dialects" / "keys.py").exists()
+)
+if _has_keys:
+    ALKSTORE["QUEUES"]["bench.keyed"] = {
+        "max_running_per_key": int(os.environ.get("BENCH_MAX_RUNNING_PER_KEY", "4"))
+    }

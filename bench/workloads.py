@@ -8,6 +8,10 @@ Usage (the settings select the engine through ``BENCH_DATABASE_URL``)::
     python -m bench.workloads drain-queue QUEUE N PROCS   # bench.noop, .limited or .rated
     python -m bench.workloads drain-kept N PROCS     # every job enqueued with keep_result_s=3600
     python -m bench.workloads workflow WIDTH PROCS FIRST  # 1 → WIDTH → 1, next to WIDTH + 2 jobs
+    python -m bench.workloads drain-keyed N PROCS [PER_KEY] [KEYS]   # bench/steering.py
+    python -m bench.workloads drain-progress N PROCS          # progress() once per job
+    python -m bench.workloads drain-progress-written N PROCS  # ... and written once per job
+    python -m bench.workloads progress-calls CALLS [runworker args...]
     python -m bench.workloads latency N
     python -m bench.workloads backlog-fill PENDING DEAD
     python -m bench.workloads backlog-run JOBS
@@ -196,6 +200,7 @@ def cmd_drain(
     extra: list[str],
     queue: str = "bench.noop",
     keep_result_s: float | None = None,
+    fill=None,
 ) -> dict:
     """Drain ``n`` no-op jobs of ``queue`` with ``procs`` ``runworker --burst`` processes.
 
@@ -208,7 +213,8 @@ def cmd_drain(
     the workers', their pool children's and their sentinels' peaks apart. CPU
     is the workers' and their children's, start-up included. With
     ``keep_result_s`` every job is enqueued with it, and each must have left
-    its result.
+    its result. ``fill(queue, n)``, when given, enqueues the jobs instead
+    (``bench/steering.py``: with concurrency keys).
     """
     from django.db import connections
 
@@ -217,7 +223,9 @@ def cmd_drain(
     clear()
     q = store.queue(queue)
     kept = {} if keep_result_s is None else {"keep_result_s": keep_result_s}
-    for start in range(0, n, 1000):
+    if fill is not None:
+        fill(q, n)
+    for start in range(0, n if fill is None else 0, 1000):
         q.enqueue_many([None] * min(1000, n - start), **kept)
     connections.close_all()
     tmp = Path(tempfile.mkdtemp(prefix="alkbench-"))
@@ -683,8 +691,26 @@ def cmd_backlog_run(jobs: int) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    setup()
     command, args = argv[0], argv[1:]
+    if command in STEERING:
+        from bench import steering
+
+        result = steering.main(command, args)
+    else:
+        setup()
+        result = run_command(command, args)
+    import alkstore_django
+
+    # Which tree's package ran (bench/run.py --baseline checks it).
+    result["alkstore_django"] = str(Path(alkstore_django.__file__).parent)
+    print(json.dumps(result))
+
+
+# The commands of issue 24's rows, in bench/steering.py.
+STEERING = ("drain-keyed", "drain-progress", "drain-progress-written", "progress-calls")
+
+
+def run_command(command: str, args: list[str]) -> dict:
     if command == "migrate":
         result = cmd_migrate()
     elif command == "enqueue":
@@ -705,11 +731,7 @@ def main(argv: list[str]) -> None:
         result = cmd_backlog_run(int(args[0]))
     else:
         raise SystemExit(f"unknown workload {command!r}")
-    import alkstore_django
-
-    # Which tree's package ran (bench/run.py --baseline checks it).
-    result["alkstore_django"] = str(Path(alkstore_django.__file__).parent)
-    print(json.dumps(result))
+    return result
 
 
 if __name__ == "__main__":

@@ -16,6 +16,11 @@ import time
 
 from alkstore_django import handler
 
+try:
+    from alkstore_django import current_run
+except ImportError:  # an earlier checkout run by --baseline has no run context
+    current_run = None
+
 _marks: dict[str, object] = {}
 
 
@@ -42,6 +47,60 @@ def limited(job):
 @handler("bench.rated")
 def rated(job):
     _first_mark()
+
+
+# The steering rows (bench/steering.py): the no-op under max_running_per_key
+# (bench/settings.py), and the no-op that reports its progress once, or once
+# and waits until the worker has taken it to write (one write a job).
+@handler("bench.keyed")
+def keyed(job):
+    _first_mark()
+
+
+@handler("bench.progress")
+def progress_once(job):
+    _first_mark()
+    current_run().progress(1, 1, "row")
+
+
+@handler("bench.progress-written")
+def progress_written(job):
+    _first_mark()
+    run = current_run()
+    run.progress(1, 1, "row")
+    deadline = time.monotonic() + 10
+    while run.progress_pending:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the worker never took job {job.id}'s progress")
+        time.sleep(0.0002)
+
+
+@handler("bench.progress-calls")
+def progress_calls(job):
+    """``payload["calls"]`` reports in a tight loop, timed here; then the last one read back.
+
+    Writes ``calls <n> <seconds> <done read back>`` to the mark file. The
+    read-back waits for the worker's throttled write (at most one a second),
+    outside the timed loop.
+    """
+    from alkstore_django.models import Job
+
+    n = job.payload["calls"]
+    started = time.perf_counter()
+    for i in range(n):
+        current_run().progress(i, n, "rows")
+    elapsed = time.perf_counter() - started
+    done = None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        stored = Job.objects.filter(id=job.id).values_list("progress", flat=True).first()
+        done = stored["done"] if stored else None
+        if done == n - 1:
+            break
+        time.sleep(0.02)
+    f = _mark_file()
+    if f:
+        f.write(f"calls {n} {elapsed!r} {done}\n")
 
 
 def _first_mark():
