@@ -222,3 +222,15 @@ def test_progress__the_worker_is_told_once_per_write_not_once_per_report():
     assert run.take_progress()["done"] == 999
     run.progress(1000)
     assert calls == [run, run]
+
+
+def test_the_test_helpers__give_each_job_a_run_of_its_own():
+    """``run_ready_jobs`` runs handlers with a run, as the worker does (progress kept in memory)."""
+    from alkstore_django import current_run
+    from alkstore_django.testing import run_ready_jobs
+
+    store.queue("t.progress.bad").enqueue({"args": [3, 10, "x"]})
+    (ran,) = run_ready_jobs(["t.progress.bad"])
+    # Without a run, current_run() is None and the handler fails on its call.
+    assert (ran.outcome, ran.error, ran.value) == ("acked", None, None)
+    assert current_run() is None  # outside a handler again
