@@ -5,7 +5,7 @@ hands them here)::
 
     drain-keyed N PROCS [PER_KEY] [KEYS]   # default 4 per key over 20 keys
     drain-progress N PROCS                 # the no-op, reporting progress once
-    drain-progress-written N PROCS         # ... and waiting until it is taken to write
+    progress-write N                       # N claim renewals with progress, N without
     progress-calls CALLS [runworker args...]
 
 ``drain-keyed`` is ``drain`` (the no-op handler, the same worker flags) with
@@ -14,14 +14,13 @@ job ``i`` enqueued under ``concurrency_key=f"customer:{i % KEYS}"`` on
 (``bench/settings.py`` reads it from ``BENCH_MAX_RUNNING_PER_KEY``, which
 the workers inherit); next to it, the drain of ``bench.limited``
 (``max_running: 16``), the other claim behind the queue's control row. The
-progress drains are ``drain`` of a no-op that calls
-``current_run().progress(1, 1, "row")``: on its own (whether the value is
-written before the ack, which does not write it, is the worker's affair),
-and then waiting until the worker has taken the value to write, so that
-every job costs one heartbeat carrying it whatever the worker's timing. On
-PostgreSQL ``progress_writes`` counts the job rows' updates beyond the
-claims (``pg_stat_user_tables``): the writes the drain made (0 for the
-plain drain).
+progress drain is ``drain`` of a no-op that calls
+``current_run().progress(1, 1, "row")`` (a job that ends within its first
+second writes none: its ack deletes the row). On PostgreSQL
+``progress_writes`` counts the job rows' updates beyond the claims
+(``pg_stat_user_tables``): the writes the drain made. ``progress-write``
+times the write itself: the fenced claim renewal that carries it, next to
+one that does not.
 ``progress-calls`` runs one job whose handler calls ``progress`` CALLS times
 in a tight loop and times the loop itself.
 
@@ -35,11 +34,14 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 DEFAULT_PER_KEY = 4
 DEFAULT_KEYS = 20
 PROGRESS_CALLS = 100_000
+# Claim renewals timed each way by ``progress-write``.
+PROGRESS_WRITES = 2_000
 # Jobs of one key written by one enqueue_many: the keys interleave every so many ids.
 KEY_RUN = 50
 
@@ -60,11 +62,12 @@ def main(command: str, args: list[str]) -> dict:
         )
         return {**result, "per_key": per_key, "keys": keys}
     setup()
-    if command in ("drain-progress", "drain-progress-written"):
-        queue = "bench.progress" if command == "drain-progress" else "bench.progress-written"
+    if command == "progress-write":
+        return cmd_progress_write(int(args[0]))
+    if command == "drain-progress":
         n = int(args[0])
         before = row_updates()
-        result = cmd_drain(n, int(args[1]), [], queue=queue)
+        result = cmd_drain(n, int(args[1]), [], queue="bench.progress")
         after = row_updates()
         if before is not None and after is not None:
             result["progress_writes"] = after - before - n  # each job's claim is one update
@@ -124,6 +127,37 @@ def row_updates() -> int | None:
         )
         row = cursor.fetchone()
     return int(row[0]) if row else None
+
+
+def cmd_progress_write(n: int) -> dict:
+    """The write's own cost: ``n`` claim renewals carrying progress next to ``n`` without.
+
+    The worker writes a job's progress in that job's fenced heartbeat
+    (renewed early when only the progress is due), so a write costs one such
+    statement, at most once a second per job. One claim of ``n`` jobs, then
+    per job one renewal of each kind, which goes first alternating.
+    """
+    from alkstore_django import store
+    from bench.workloads import clear
+
+    clear()
+    queue = store.queue("bench.progress")
+    queue.enqueue_many([None] * n)
+    handles = queue.claim_batch("bench-progress-write", n)
+    value = {"done": 1, "total": 1, "note": "row"}
+    spent = {False: 0.0, True: 0.0}
+    for i, handle in enumerate(handles):
+        for carry in (True, False) if i % 2 else (False, True):
+            started = time.perf_counter()
+            if not handle.heartbeat(300, value if carry else None):
+                raise SystemExit(f"progress-write: job {handle.job.id}'s claim was lost")
+            spent[carry] += time.perf_counter() - started
+    queue.ack_batch([handle.job.id for handle in handles])
+    count = len(handles)
+    return {
+        "renewal_us": spent[False] / count * 1e6,
+        "renewal_with_progress_us": spent[True] / count * 1e6,
+    }
 
 
 def cmd_progress_calls(calls: int, extra: list[str]) -> dict:
@@ -190,18 +224,18 @@ def steering_workloads(n: int, engine: str) -> Workloads:
         # The other limited claim (bench/settings.py), to tell the key's cost from the lock's.
         limited = ["drain-queue", "bench.limited", str(n), str(procs)]
         rows[f"drain {n}, max_running 16, {p}, to the last ack"] = (limited, "ack_rate", "jobs/s")
-    for command_name, what in (
-        ("drain-progress", "progress() once per job"),
-        ("drain-progress-written", "progress written once per job"),
-    ):
-        command = [command_name, str(n), "1"]
-        rows[f"drain {n}, {what}, 1 process"] = (command, "rate", "jobs/s")
-        rows[f"drain {n}, {what}, 1 process, to the last ack"] = (command, "ack_rate", "jobs/s")
-        rows[f"drain {n}, {what}, 1 process, worker CPU per job"] = (
-            command, "cpu_us_per_job", "us",
-        )  # fmt: skip
-        if engine == "postgresql":
-            rows[f"drain {n}, {what}, 1 process, writes"] = (command, "progress_writes", "rows")
+    what = "progress() once per job"
+    command = ["drain-progress", str(n), "1"]
+    rows[f"drain {n}, {what}, 1 process"] = (command, "rate", "jobs/s")
+    rows[f"drain {n}, {what}, 1 process, to the last ack"] = (command, "ack_rate", "jobs/s")
+    rows[f"drain {n}, {what}, 1 process, worker CPU per job"] = (command, "cpu_us_per_job", "us")
+    if engine == "postgresql":
+        rows[f"drain {n}, {what}, 1 process, writes"] = (command, "progress_writes", "rows")
+    write = ["progress-write", str(PROGRESS_WRITES)]
+    rows["claim renewal (heartbeat), one job"] = (write, "renewal_us", "us")
+    rows["claim renewal carrying progress (a progress write), one job"] = (
+        write, "renewal_with_progress_us", "us",
+    )  # fmt: skip
     for pool, pool_name in (("threads", "thread pool"), ("processes", "process pool")):
         command = ["progress-calls", str(PROGRESS_CALLS), "--pool", pool]
         name = f"progress() per call ({PROGRESS_CALLS:,} in one job), {pool_name}"
@@ -243,7 +277,13 @@ def steering_derived(fig: dict, n: int) -> list[tuple[str, str, list[float]]]:
         f"drain {n} no-op, 1 process, worker CPU per job",
         lambda a, b: a - b,
     )  # fmt: skip
-    for what in ("progress() once per job", "progress written once per job"):
+    derived(
+        "a progress write over a plain renewal", "us",
+        "claim renewal carrying progress (a progress write), one job",
+        "claim renewal (heartbeat), one job",
+        lambda a, b: a - b,
+    )  # fmt: skip
+    for what in ("progress() once per job",):
         derived(
             f"{what}: cost per job, 1 process", "us",
             f"drain {n}, {what}, 1 process, to the last ack",

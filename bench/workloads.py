@@ -10,7 +10,7 @@ Usage (the settings select the engine through ``BENCH_DATABASE_URL``)::
     python -m bench.workloads workflow WIDTH PROCS FIRST  # 1 → WIDTH → 1, next to WIDTH + 2 jobs
     python -m bench.workloads drain-keyed N PROCS [PER_KEY] [KEYS]   # bench/steering.py
     python -m bench.workloads drain-progress N PROCS          # progress() once per job
-    python -m bench.workloads drain-progress-written N PROCS  # ... and written once per job
+    python -m bench.workloads progress-write N                # a progress write's own cost
     python -m bench.workloads progress-calls CALLS [runworker args...]
     python -m bench.workloads latency N
     python -m bench.workloads backlog-fill PENDING DEAD
@@ -707,7 +707,7 @@ def main(argv: list[str]) -> None:
 
 
 # The commands of issue 24's rows, in bench/steering.py.
-STEERING = ("drain-keyed", "drain-progress", "drain-progress-written", "progress-calls")
+STEERING = ("drain-keyed", "drain-progress", "progress-write", "progress-calls")
 
 
 def run_command(command: str, args: list[str]) -> dict:

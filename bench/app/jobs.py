@@ -50,8 +50,7 @@ def rated(job):
 
 
 # The steering rows (bench/steering.py): the no-op under max_running_per_key
-# (bench/settings.py), and the no-op that reports its progress once, or once
-# and waits until the worker has taken it to write (one write a job).
+# (bench/settings.py), and the no-op that reports its progress once.
 @handler("bench.keyed")
 def keyed(job):
     _first_mark()
@@ -61,18 +60,6 @@ def keyed(job):
 def progress_once(job):
     _first_mark()
     current_run().progress(1, 1, "row")
-
-
-@handler("bench.progress-written")
-def progress_written(job):
-    _first_mark()
-    run = current_run()
-    run.progress(1, 1, "row")
-    deadline = time.monotonic() + 10
-    while run.progress_pending:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the worker never took job {job.id}'s progress")
-        time.sleep(0.0002)
 
 
 @handler("bench.progress-calls")
