@@ -13,7 +13,7 @@ from django.db import transaction
 from .conf import QueueOptions, app_settings
 from .errors import DuplicateJob, InvalidArgument
 from .handles import JobHandle
-from .records import EnqueueStamps, QueueStats, SweepResult, join_tags
+from .records import UNKEYED, EnqueueStamps, QueueStats, SweepResult, join_tags
 from .signals import job_enqueued
 from .validation import (
     OnDuplicate,
@@ -86,6 +86,8 @@ class Queue:
         self.channel = channel_for(name)
         # max_running and rate come from settings only: every worker must agree on them.
         self.limits = validate_queue_limits(app_settings.queues.get(name) or {})
+        # Under max_running_per_key every job gets a key, UNKEYED for one without.
+        self.keyed = self.limits is not None and self.limits.max_running_per_key is not None
         self._plain = EnqueueStamps(
             queue=name,
             channel=self.channel,
@@ -269,6 +271,8 @@ class Queue:
             marks["keep_result_s"] = self.options.keep_result_s
         if concurrency_key is not None:
             marks["concurrency_key"] = validate_concurrency_key(concurrency_key)
+        elif self.keyed:
+            marks["concurrency_key"] = UNKEYED
         if tags is not None:
             stored = join_tags(validate_tags(tags))
             if stored is not None:
@@ -308,13 +312,17 @@ class Queue:
         if stamps is None:
             stamps = self.check_options(options or {})
         dialect = self.store.dialect
-        if len(encoded) <= MAX_BATCH:
+        step = options is not None and self.keyed
+        if len(encoded) <= MAX_BATCH and not step:
             return dialect.enqueue(stamps, encoded)
         # Past MAX_BATCH it takes several statements: all of them or none.
         ids: list[int] = []
         with transaction.atomic(using=self.store.using):
             for start in range(0, len(encoded), MAX_BATCH):
                 ids += dialect.enqueue(stamps, encoded[start : start + MAX_BATCH])
+            if step:
+                # A workflow's step: no key of its own, so the queue's unlimited one.
+                self._mark(ids, {"concurrency_key": UNKEYED})
         return ids
 
     def check_options(self, options: dict[str, Any]) -> EnqueueStamps:

@@ -134,6 +134,12 @@ class Progress:
         return cls(done=stored["done"], total=stored.get("total"), note=stored.get("note"), at=at)
 
 
+# The stored key of a job without a concurrency_key on a queue with
+# ``max_running_per_key``: in ``alk_job_key`` with the keyed jobs, so a keyed
+# claim finds the unlimited ones by the same index. Records show None.
+UNKEYED = ""
+
+
 # A job's tags are stored as ",a,b,", so one LIKE finds a tag on every engine.
 TAG_SEPARATOR = ","
 

@@ -39,7 +39,7 @@ from ..models import (
     ScheduleFire,
     UniqueWindow,
 )
-from ..records import EnqueueStamps, split_tags
+from ..records import UNKEYED, EnqueueStamps, split_tags
 from ..records import Job as JobRecord
 
 JOB_TABLE = Job._meta.db_table
@@ -394,6 +394,8 @@ class Dialect(ABC):
         values["died_at"] = None
         values["progress"] = None
         values["tags"] = split_tags(values["tags"])
+        if values["concurrency_key"] == UNKEYED:
+            values["concurrency_key"] = None
         if values["cancel_requested_at"] is not None:
             values["cancel_requested_at"] = dt(values["cancel_requested_at"])
         return job

@@ -17,7 +17,12 @@ host and the counts it reads cannot change under it. One claim:
 
 A key at its limit is never read past and never holds another key back.
 Jobs without a key are not limited; they take their turn as a group, like
-one more key that comes first in a round.
+one more key that comes first in a round. They are stored with the key
+``UNKEYED`` (the empty string, which no caller can give), so that they are in
+``alk_job_key`` too: a keyed claim reads nothing but that index's entries of
+the keys it serves, however deep the queue. A job left with no key at all
+(enqueued before the queue had the limit) is given ``UNKEYED`` by the
+workers' upkeep (``adopt_unkeyed``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..conf import app_settings
 from ..models import QueueControl
+from ..records import UNKEYED
 from ..records import Job as JobRecord
 from .base import JOB_SELECT, JOB_TABLE
 
@@ -50,8 +56,9 @@ HEAD_COLUMNS = "id, priority, run_at, concurrency_key"
 # A claim looks at this many keys past the ``n`` it may start, so that a key's
 # higher priority job is not passed over for the sake of the rotation alone.
 KEY_LOOKAHEAD = 8
-# The cursor once the jobs without a key had their turn (None: before it).
-UNKEYED_TURN = ""
+# The cursor once the jobs without a key had their turn (None: before it):
+# their stored key, which sorts before every other.
+UNKEYED_TURN = UNKEYED
 
 
 def claim_keyed(
@@ -73,8 +80,8 @@ def claim_keyed(
     cursor.execute(
         f"SELECT concurrency_key, count(*) FROM {JOB_TABLE} WHERE queue = %s "
         f"AND state = 'processing' AND claim_expires_at > {now} "
-        "AND concurrency_key IS NOT NULL GROUP BY concurrency_key",
-        [queue, *now_params],
+        "AND concurrency_key > %s GROUP BY concurrency_key",
+        [queue, *now_params, UNKEYED],
     )
     running = {key: int(count) for key, count in cursor.fetchall()}
     full = {key for key, count in running.items() if count >= per_key}
@@ -152,15 +159,16 @@ def _heads(
     due = DUE.format(now=now)
     parts, params = [], []
     for index, (key, room) in enumerate(rooms):
-        match = "concurrency_key IS NULL" if key is None else "concurrency_key = %s"
         parts.append(
             f"SELECT {HEAD_COLUMNS} FROM (SELECT {HEAD_COLUMNS} FROM {JOB_TABLE} "
-            f"WHERE queue = %s AND state = 'pending' AND {match} AND {due} "
+            f"WHERE queue = %s AND state = 'pending' AND concurrency_key = %s AND {due} "
             f"ORDER BY priority DESC, run_at, id LIMIT %s) AS h{index}"
         )
-        params += [queue, *([] if key is None else [key]), *now_params, *now_params, room]
+        params += [queue, UNKEYED if key is None else key, *now_params, *now_params, room]
     cursor.execute(" UNION ALL ".join(parts), params)
-    rows = [(row[0], row[1], dialect.to_datetime(row[2]), row[3]) for row in cursor.fetchall()]
+    rows = [
+        (row[0], row[1], dialect.to_datetime(row[2]), row[3] or None) for row in cursor.fetchall()
+    ]
     rows.sort(key=lambda row: (-row[1], row[2], row[0]))
     places: dict[str | None, int] = {}
     heads = []

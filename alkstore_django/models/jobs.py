@@ -54,7 +54,7 @@ def _job_record(
         workflow_id=row.workflow_id,
         step=row.step,
         keep_result_s=row.keep_result_s,
-        concurrency_key=row.concurrency_key,
+        concurrency_key=row.concurrency_key or None,
         tags=records.split_tags(row.tags),
         **extra,
     )

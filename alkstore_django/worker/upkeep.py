@@ -16,7 +16,11 @@ when its interval has passed:
 - ``settle_workflows``: the steps whose job left by a path that is not an
   outcome (an expiry, a dead worker's last attempt, an operator's delete);
 - ``prune_results``: kept job results past their ``expires_at``, and finished
-  workflows past ``WORKFLOW_RETENTION_S``.
+  workflows past ``WORKFLOW_RETENTION_S``;
+- ``adopt_unkeyed``: on a queue with ``max_running_per_key``, the pending jobs
+  left with no key at all (enqueued before the queue had the limit, or
+  requeued from a dead letter of then) get the unlimited one, ``UNKEYED``,
+  which the keyed claim reads.
 
 A chore that fails with a database error is, like the sweep it came from,
 tried again on the loop's next round, after the loop's back-off; the
@@ -35,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from .. import presence, results
 from ..conf import app_settings
 from ..history import purge_orphaned_attempts
+from ..records import UNKEYED
 from ..throughput import PRUNE_INTERVAL_S
 from ..throughput import prune_throughput as prune_counters
 from ..workflows.progress import prune_finished, settle_orphans
@@ -107,6 +112,17 @@ def prune_results(store: Store, queues: Sequence[Queue]) -> None:
     prune_finished(store)
 
 
+def adopt_unkeyed(store: Store, queues: Sequence[Queue]) -> None:
+    """Give the keyed queues' pending jobs without any key the unlimited key ``UNKEYED``."""
+    from ..models import Job
+
+    for queue in queues:
+        if queue.keyed:
+            Job.objects.using(store.using).filter(
+                queue=queue.name, state="pending", concurrency_key__isnull=True
+            ).update(concurrency_key=UNKEYED)
+
+
 @dataclass
 class Chore:
     """One periodic chore: ``run`` every ``interval_s`` seconds (monotonic ``next_at``)."""
@@ -148,6 +164,7 @@ class Upkeep:
             Chore("prune_throughput", prune_throughput, PRUNE_INTERVAL_S, False),
             Chore("settle_workflows", settle_workflows, sweep_interval_s),
             Chore("prune_results", prune_results, sweep_interval_s),
+            Chore("adopt_unkeyed", adopt_unkeyed, sweep_interval_s),
         ]
         self._next_at = 0.0
 

@@ -16,6 +16,8 @@ from django.test import override_settings
 from alkstore_django import store
 from alkstore_django.errors import InvalidArgument
 from alkstore_django.models import Job, QueueControl
+from alkstore_django.records import UNKEYED
+from alkstore_django.worker.upkeep import adopt_unkeyed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -143,3 +145,23 @@ def test_a_bad_max_running_per_key__is_a_named_error_and_a_system_check(bad):
             store.queue(QUEUE)
         found = [m for m in checks.run_checks() if m.id == "alkstore.E013"]
         assert len(found) == 1 and "max_running_per_key" in found[0].msg
+
+
+def test_a_job_without_a_key__is_stored_unkeyed_and_shows_none():
+    with keyed(1):
+        q = store.queue(QUEUE)
+        job_id = q.enqueue({"free": 1})
+        assert Job.objects.get(id=job_id).concurrency_key == UNKEYED  # in alk_job_key
+        assert store.get_job(job_id).concurrency_key is None
+        (handle,) = q.claim_batch("w", 5)
+        assert handle.job.concurrency_key is None
+
+
+def test_a_job_left_with_no_key__is_adopted_by_the_upkeep_and_then_claimed():
+    # Enqueued before the queue had the limit: no key at all.
+    job_id = store.queue(QUEUE).enqueue({"early": 1})
+    with keyed(1):
+        q = store.queue(QUEUE)
+        assert q.claim_batch("w", 5) == []  # the keyed claim reads alk_job_key only
+        adopt_unkeyed(store, [q])
+        assert [handle.job.id for handle in q.claim_batch("w", 5)] == [job_id]
