@@ -91,6 +91,15 @@ def chromium() -> Iterator[Any]:
             context.close()
 
 
+def log_in(page: Any, base: str) -> None:
+    """Log the superuser ``operator`` in through the admin's login form."""
+    page.goto(f"{base}/admin/login/?next=/admin/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/")
+
+
 def populate() -> int:
     """Fill the tables like a site with some trouble; return the dead letter to requeue."""
     now = timezone.now()
@@ -170,11 +179,7 @@ def drive(
     """The operator's path through the admin; a worker process runs in the middle."""
     page = browser.new_page()
 
-    page.goto(f"{base}/admin/login/?next=/admin/")
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url("**/admin/")
+    log_in(page, base)
     assert page.locator('a[href$="/alkstore_django/queueoverview/"]').first.is_visible()
     page.screenshot(path=str(screenshots / "admin-index.png"))
 
@@ -328,11 +333,7 @@ def test_operator_reads_a_failed_workflow_and_follows_its_steps(live_server, scr
     base = live_server.url
     with chromium() as browser:
         page = browser.new_page()
-        page.goto(f"{base}/admin/login/?next=/admin/")
-        page.fill("#id_username", "operator")
-        page.fill("#id_password", PASSWORD)
-        page.click("input[type=submit]")
-        page.wait_for_url("**/admin/")
+        log_in(page, base)
 
         page.goto(f"{base}/admin/alkstore_django/workflow/")
         assert page.locator("#result_list tbody tr").count() == 4
@@ -397,11 +398,7 @@ def test_operator_watches_an_import_progress_and_cancels_it_while_it_runs(
         with chromium() as browser:
             page = browser.new_page()
             base = live_server.url
-            page.goto(f"{base}/admin/login/?next=/admin/")
-            page.fill("#id_username", "operator")
-            page.fill("#id_password", PASSWORD)
-            page.click("input[type=submit]")
-            page.wait_for_url("**/admin/")
+            log_in(page, base)
             page.goto(f"{base}/admin/alkstore_django/job/")
             page.click("#toggle-nav-sidebar")  # more room for the table in the screenshot
             bar = page.locator(f'#result_list tr:has(a[href$="/job/{job_id}/change/"]) progress')

@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from alkstore_django import presence, store
-from tests.browser.test_admin_browser import PASSWORD, chromium
+from tests.browser.test_admin_browser import PASSWORD, chromium, log_in
 from tests.factories import ScheduleFactory
 
 WIDTH = 1280
@@ -57,11 +57,7 @@ def test_admin_list__fits_a_1280_px_window(live_server, tmp_path, page_path):
     with chromium() as browser:
         page = browser.new_page()
         page.set_viewport_size({"width": WIDTH, "height": 800})
-        page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-        page.fill("#id_username", "operator")
-        page.fill("#id_password", PASSWORD)
-        page.click("input[type=submit]")
-        page.wait_for_url("**/admin/")
+        log_in(page, live_server.url)
         page.goto(f"{live_server.url}/admin/alkstore_django/{page_path}/")
         if page.locator("#nav-sidebar").is_hidden():
             page.click("#toggle-nav-sidebar")
