@@ -91,6 +91,7 @@ _tidied = threading.local()
 # The hot path's kind, bound once: a member read through its enum class costs
 # twice a plain global read, on every job.
 ACK = OutcomeKind.ACK
+RETRY = OutcomeKind.RETRY
 
 
 def tidy_connections(close: Callable[[], None]) -> None:
@@ -208,7 +209,7 @@ def run_handler(func: Callable[[Any], Any], arg: Any, job: Job, run: Run | None 
     finally:
         unbind(token)
     outcome.duration_ms = (time.monotonic() - started) * 1000
-    if outcome.kind == OutcomeKind.RETRY and job.attempts < job.max_attempts:
+    if outcome.kind is RETRY and job.attempts < job.max_attempts:
         outcome.delay_s = retry_delay(func, job, outcome.exc)
     return outcome
 

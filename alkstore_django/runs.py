@@ -61,15 +61,28 @@ class Run:
     is a plain attribute, written by one thread and read by another.
     """
 
+    # One is made per claimed job: slots make it, and the reads of it, cheaper.
+    __slots__ = (
+        "_cancel",
+        "_lock",
+        "_progress",
+        "job",
+        "on_report",
+        "progress_pending",
+        "progress_written_at",
+    )
+
     def __init__(self, job: Job, on_report: Callable[[Run], None] | None = None) -> None:
         self.job = job
         # A plain flag, not an Event: one is made per claimed job, and a flag
         # written by one thread and read by another needs no lock in CPython.
         self._cancel = False
         self._lock = threading.Lock()
-        # The last progress reported, and whether it is written yet.
+        # The last progress reported, and whether it is written yet (an
+        # attribute, not a property: the worker reads it for every held job
+        # every round).
         self._progress: dict[str, Any] | None = None
-        self._dirty = False
+        self.progress_pending = False
         # The first write is due a second after the run began, like every
         # later one: a job that ends sooner writes no progress of its own
         # (an ack deletes the row; any other outcome writes the last value).
@@ -106,32 +119,27 @@ class Run:
         value = _checked_progress(done, total, note)
         with self._lock:
             self._progress = value
-            was_dirty, self._dirty = self._dirty, True
+            was_dirty, self.progress_pending = self.progress_pending, True
         if not was_dirty and self.on_report is not None:
             self.on_report(self)
 
     def take_progress(self) -> dict[str, Any] | None:
         """Return the progress reported since the last take, or None (the writer's side)."""
         with self._lock:
-            if not self._dirty:
+            if not self.progress_pending:
                 return None
-            self._dirty = False
+            self.progress_pending = False
             self.progress_written_at = time.monotonic()
             return self._progress
 
     def untake_progress(self) -> None:
         """Mark the last value taken unwritten again: the statement carrying it failed."""
         with self._lock:
-            self._dirty = True
+            self.progress_pending = True
 
     def progress_due(self, now: float) -> bool:
         """True when unwritten progress may be written now (a second after the last write)."""
-        return self._dirty and now - self.progress_written_at >= PROGRESS_INTERVAL_S
-
-    @property
-    def progress_pending(self) -> bool:
-        """True while reported progress is not written yet."""
-        return self._dirty
+        return self.progress_pending and now - self.progress_written_at >= PROGRESS_INTERVAL_S
 
 
 def _checked_progress(done: object, total: object, note: object) -> dict[str, Any]:

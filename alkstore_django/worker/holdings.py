@@ -157,6 +157,10 @@ class Holdings:
             if held.handle.spent or held.next_heartbeat_at == float("inf"):
                 continue  # settled, or its claim is lost: nothing to renew or write
             run = held.run
+            if held.next_heartbeat_at > now and not run.progress_pending:
+                # The common case, as cheap as before there was progress.
+                self.next_beat = min(self.next_beat, held.next_heartbeat_at)
+                continue
             progress_due = run.progress_due(now)
             if held.next_heartbeat_at > now and not progress_due:
                 beat_at = held.next_heartbeat_at
