@@ -73,8 +73,8 @@ def _batch(batch_size: int) -> int:
     return validate_int("batch_size", batch_size, minimum=1, maximum=MAX_BATCH_SIZE)
 
 
-def _tagged(rows: QuerySet[Any], tag: str | None) -> QuerySet[Any]:
-    """Return ``rows`` with the tag ``tag`` (all when None): stored ``",a,b,"``, one LIKE."""
+def with_tag(rows: QuerySet[Any], tag: str | None) -> QuerySet[Any]:
+    """Return ``rows`` with ``tag`` (None: all): lowercase tags stored ``",a,b,"``, one LIKE."""
     return rows if tag is None else rows.filter(tags__contains=f",{validate_tag(tag)},")
 
 
@@ -131,7 +131,7 @@ def requeue_dead(
     selected = None if ids is None else _ids(ids)
     if tag is not None:
         # Resolved to ids once: the id path below moves them in batches.
-        rows = _tagged(DeadJob.objects.using(alias), tag)
+        rows = with_tag(DeadJob.objects.using(alias), tag)
         selected = _present(selected, rows if queue is None else rows.filter(queue=queue))
     total = 0
     woken: set[str] = set()
@@ -217,7 +217,7 @@ def count_dead(
     """
     from .models import DeadJob
 
-    rows = _tagged(DeadJob.objects.using(_alias(using)), tag)
+    rows = with_tag(DeadJob.objects.using(_alias(using)), tag)
     if queue is not None:
         validate_name("queue", queue, allow_reserved=True)
         rows = rows.filter(queue=queue)
@@ -383,7 +383,7 @@ def _waiting(using: str | None, queue: str | None, tag: str | None) -> QuerySet[
     if queue is not None:
         validate_name("queue", queue, allow_reserved=True)
         rows = rows.filter(queue=queue)
-    return _tagged(rows, tag)
+    return with_tag(rows, tag)
 
 
 # --- queue controls ----------------------------------------------------------------

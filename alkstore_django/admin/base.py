@@ -30,8 +30,9 @@ from ..conf import app_settings
 from ..display import format_timestamp
 from ..errors import InvalidArgument
 from ..models import DeadJob, Job
+from ..operations import with_tag
 from ..records import split_tags
-from ..validation import parse_id, validate_tag
+from ..validation import parse_id
 
 _BREAK_AFTER = re.compile(r"(?<=[.:/_-])")
 # A bold red word beside a value (``format_html(WARNING_MARK, css_class, word)``).
@@ -232,17 +233,14 @@ TAG_CHOICES_SHOWN = 50
 
 
 def tagged(queryset: QuerySet, tag: str) -> QuerySet:
-    """Return the rows of ``queryset`` with the tag ``tag``; none when it is not a tag.
+    """Return the rows of ``queryset`` with the tag ``tag`` (``operations.with_tag``).
 
-    Tags are stored ``",a,b,"`` and are lowercase, so one escaped LIKE matches
-    a whole tag alike on every engine. A term no tag can be matches nothing
-    (a 200 with no rows, not an error).
+    A term no tag can be matches nothing (a 200 with no rows, not an error).
     """
     try:
-        tag = validate_tag(tag.strip().lower())
+        return with_tag(queryset, tag.strip().lower())
     except InvalidArgument:
         return queryset.none()
-    return queryset.filter(tags__contains=f",{tag},")
 
 
 class TagFilter(admin.SimpleListFilter):

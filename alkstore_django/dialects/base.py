@@ -135,15 +135,6 @@ class Watcher(ABC):
         """Return True as soon as something may have changed, False on timeout."""
         return bool(self.receive(timeout_s))
 
-    def wait_for_controls(self, timeout_s: float) -> tuple[bool, bool]:
-        """Wait as ``wait``; return (woken, a queue was paused or resumed).
-
-        An engine that carries notification payloads to its watcher says when
-        one is a pause or resume; others return False and leave the worker to
-        read the paused queues on its poll.
-        """
-        return self.wait(timeout_s), False
-
     def wait_for_payloads(self, timeout_s: float) -> tuple[bool, list[str]]:
         """Wait as ``wait``; return (woken, the payloads of the notifications that arrived).
 

@@ -1,9 +1,10 @@
 """Cancel a live job: at once when nothing runs it, by a durable request when a worker does.
 
 A pending job (or one whose claim has lapsed: no worker can settle it any
-more) is deleted, as ``cancel`` deletes it. A job under a live claim keeps
-its row: ``cancel_requested_at`` is stamped, and the worker that holds it
-reads that column (on a notification, and on its poll) and stops the run.
+more) is deleted, as ``cancel`` (``Queue.cancel``'s) deletes any live job.
+A job under a live claim keeps its row: ``cancel_requested_at`` is stamped,
+and the worker that holds it reads that column (on a notification, and on
+its poll) and stops the run.
 The row is locked first, so a claim or an outcome cannot move it between
 the read and the write.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
+from typing import Any
 
 from .base import JOB_TABLE, WINDOW_TABLE, Dialect
 from .claims import FENCE
@@ -48,14 +50,8 @@ class CancelStatements(Dialect):
             row = cursor.fetchone()
             if row is None:
                 return None
-            cursor.execute(
-                f"DELETE FROM {JOB_TABLE} WHERE id = %s AND (state = 'pending' "
-                f"OR claim_expires_at IS NULL OR claim_expires_at <= {now})",
-                [job_id, *now_params],
-            )
-            if cursor.rowcount == 1:
-                # A cancelled job did not succeed: its ``unique_for_s`` window goes too.
-                cursor.execute(f"DELETE FROM {WINDOW_TABLE} WHERE job_id = %s", [job_id])
+            unclaimed = f"id = %s AND (state = 'pending' OR claim_expires_at <= {now})"
+            if self._delete_cancelled(cursor, job_id, unclaimed, [job_id, *now_params]):
                 return row[0], CancelResult.CANCELLED
             cursor.execute(
                 f"UPDATE {JOB_TABLE} SET cancel_requested_at = "
@@ -64,18 +60,30 @@ class CancelStatements(Dialect):
             )
             return row[0], CancelResult.REQUESTED
 
+    def cancel(self, queue: str, job_id: int) -> bool:
+        """Delete a live job of ``queue`` whatever its state, and free its unique key."""
+        with self.write_transaction() as cursor:
+            return self._delete_cancelled(cursor, job_id, "id = %s AND queue = %s", [job_id, queue])
+
     def cancel_claimed(self, job_id: int, generation: int, worker_id: str) -> bool:
         """Delete the job if it is still under this claim, and free its unique key."""
         now, now_params = self.now_sql()
+        fence = [job_id, generation, worker_id, *now_params]
         with self.write_transaction() as cursor:
-            cursor.execute(
-                f"DELETE FROM {JOB_TABLE} WHERE {FENCE.format(now=now)}",
-                [job_id, generation, worker_id, *now_params],
-            )
-            if cursor.rowcount != 1:
-                return False
-            cursor.execute(f"DELETE FROM {WINDOW_TABLE} WHERE job_id = %s", [job_id])
-            return True
+            return self._delete_cancelled(cursor, job_id, FENCE.format(now=now), fence)
+
+    @staticmethod
+    def _delete_cancelled(cursor: Any, job_id: int, where: str, params: Sequence[Any]) -> bool:
+        """Delete live job ``job_id`` if it matches ``where`` (which names it); True when it did.
+
+        A cancelled job did not succeed: its ``unique_for_s`` window goes too,
+        in the same transaction.
+        """
+        cursor.execute(f"DELETE FROM {JOB_TABLE} WHERE {where}", list(params))
+        if cursor.rowcount != 1:
+            return False
+        cursor.execute(f"DELETE FROM {WINDOW_TABLE} WHERE job_id = %s", [job_id])
+        return True
 
     def cancels_requested(self, fences: Sequence[tuple[int, int]]) -> set[tuple[int, int]]:
         """Return which of the claims ``fences`` (id, generation) have a cancel request."""

@@ -101,18 +101,6 @@ class ClaimStatements(Dialect):
         """Dead-letter the job with ``error`` if it is still under this claim."""
         return self.bury(FENCE, [job_id, generation, worker_id], error) == 1
 
-    def cancel(self, queue: str, job_id: int) -> bool:
-        """Delete a live job of ``queue`` whatever its state, and free its unique key.
-
-        A cancelled job did not succeed: its ``unique_for_s`` window goes too.
-        """
-        with self.write_transaction() as cursor:
-            cursor.execute(f"DELETE FROM {JOB_TABLE} WHERE id = %s AND queue = %s", [job_id, queue])
-            if cursor.rowcount != 1:
-                return False
-            cursor.execute(f"DELETE FROM {WINDOW_TABLE} WHERE job_id = %s", [job_id])
-            return True
-
     # --- sweeps -------------------------------------------------------------------------
 
     def expire(self, queue: str) -> int:

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ..executor import Outcome, OutcomeKind
+from ..executor import Outcome, OutcomeKind, cancelled_error
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -103,7 +103,7 @@ def cancelled_outcome(held: Held, outcome: Outcome) -> Outcome:
     elif outcome.kind == OutcomeKind.ACK:
         error = "cancelled: the handler returned after the cancel request"
     else:
-        error = f"cancelled: {outcome.error or outcome.kind}"
+        error = cancelled_error(outcome) if outcome.error else f"cancelled: {outcome.kind}"
     return Outcome(
         OutcomeKind.CANCEL,
         error=error,

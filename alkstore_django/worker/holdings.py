@@ -157,26 +157,17 @@ class Holdings:
             if held.handle.spent or held.next_heartbeat_at == float("inf"):
                 continue  # settled, or its claim is lost: nothing to renew or write
             run = held.run
-            if held.next_heartbeat_at > now and not run.progress_pending:
-                # The common case, as cheap as before there was progress.
-                self.next_beat = min(self.next_beat, held.next_heartbeat_at)
-                continue
-            progress_due = run.progress_due(now)
-            if held.next_heartbeat_at > now and not progress_due:
-                beat_at = held.next_heartbeat_at
-                if run.progress_pending:
-                    beat_at = min(beat_at, run.progress_written_at + PROGRESS_INTERVAL_S)
+            beat_at = held.next_heartbeat_at
+            if run.progress_pending:
+                # Unwritten progress is due a second after the last write.
+                beat_at = min(beat_at, run.progress_written_at + PROGRESS_INTERVAL_S)
+            if beat_at > now:
                 self.next_beat = min(self.next_beat, beat_at)
                 continue
             vt = held.handle.job.visibility_timeout_s
             held.next_heartbeat_at = now + vt * HEARTBEAT_FRACTION
-            progress = run.take_progress() if progress_due else None
-            try:
-                renewed = held.handle.heartbeat(vt, progress)
-            except BaseException:
-                if progress is not None:
-                    run.untake_progress()
-                raise
+            progress = run.take_progress() if run.progress_due(now) else None
+            renewed = self._renew(held, progress)
             if not renewed:
                 logger.warning(
                     "claim lost id=%s queue=%s attempts=%s: another worker may run it",
@@ -195,12 +186,20 @@ class Holdings:
         apply: the last value a handler reported is the one left readable.
         """
         progress = held.run.take_progress()
-        if progress is None or held.handle.spent:
-            return
+        if progress is not None and not held.handle.spent:
+            self._renew(held, progress)
+
+    @staticmethod
+    def _renew(held: Held, progress: dict[str, Any] | None) -> bool:
+        """Renew ``held``'s claim, writing ``progress`` with it; False once the claim is lost.
+
+        A statement that fails leaves the progress unwritten, for the next try.
+        """
         try:
-            held.handle.heartbeat(held.handle.job.visibility_timeout_s, progress)
+            return held.handle.heartbeat(held.handle.job.visibility_timeout_s, progress)
         except BaseException:
-            held.run.untake_progress()
+            if progress is not None:
+                held.run.untake_progress()
             raise
 
     def past_time_limit(self, now: float) -> list[Held]:

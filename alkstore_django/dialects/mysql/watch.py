@@ -36,7 +36,6 @@ import MySQLdb
 from django.db import connections
 
 from ..base import JOB_TABLE, MESSAGE_TABLE, Watcher, marks
-from ..controls import CONTROL_PAYLOAD
 from .sql import NOW
 
 logger = logging.getLogger("alkstore_django.dialects.mysql_watch")
@@ -175,11 +174,6 @@ class MysqlWatcher(Watcher):
 
     def wait(self, timeout_s: float) -> bool:
         return self._watch(timeout_s, wake_on_ready=True) != []
-
-    def wait_for_controls(self, timeout_s: float) -> tuple[bool, bool]:
-        found = self._watch(timeout_s, wake_on_ready=True)
-        control = bool(found) and any(payload == CONTROL_PAYLOAD for _, payload in found or ())
-        return found != [], control
 
     def wait_for_payloads(self, timeout_s: float) -> tuple[bool, list[str]]:
         found = self._watch(timeout_s, wake_on_ready=True)

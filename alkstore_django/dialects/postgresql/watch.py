@@ -11,7 +11,6 @@ from typing import Any
 from django.db import connections
 
 from ..base import Watcher
-from ..controls import CONTROL_PAYLOAD
 
 logger = logging.getLogger("alkstore_django.dialects.postgresql")
 
@@ -83,10 +82,6 @@ class PostgresWatcher(Watcher):
             # Back off briefly instead of spinning on a dead server.
             time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
             return []
-
-    def wait_for_controls(self, timeout_s: float) -> tuple[bool, bool]:
-        messages = self.receive(timeout_s)
-        return bool(messages), any(payload == CONTROL_PAYLOAD for _, payload in messages)
 
     def wait_for_payloads(self, timeout_s: float) -> tuple[bool, list[str]]:
         messages = self.receive(timeout_s)
