@@ -233,21 +233,29 @@ class Queue:
         dialect = self.store.dialect
         items = list(keyed.items())
         result: dict[str, tuple[int, bool]] = {}
-        with transaction.atomic(using=self.store.using):
-            for start in range(0, len(items), MAX_BATCH):
-                chunk = dict(items[start : start + MAX_BATCH])
-                result.update(dialect.enqueue_unique(stamps, chunk, unique_for_s))
-            if on_duplicate == "raise":
-                for key, (job_id, created) in result.items():
-                    if not created:
-                        raise DuplicateJob(
-                            f"Unique key {key!r} of queue {self.name!r} is held by job {job_id} "
-                            "(live, or within its unique_for_s window): nothing enqueued.",
-                            job_id=job_id,
-                        )
-            created_ids = [job_id for job_id, created in result.values() if created]
-            if marks:
-                self._mark(created_ids, marks)
+
+        def write() -> list[int]:
+            result.clear()
+            with transaction.atomic(using=self.store.using):
+                for start in range(0, len(items), MAX_BATCH):
+                    chunk = dict(items[start : start + MAX_BATCH])
+                    result.update(dialect.enqueue_unique(stamps, chunk, unique_for_s))
+                if on_duplicate == "raise":
+                    for key, (job_id, created) in result.items():
+                        if not created:
+                            raise DuplicateJob(
+                                f"Unique key {key!r} of queue {self.name!r} is held by job "
+                                f"{job_id} (live, or within its unique_for_s window): "
+                                "nothing enqueued.",
+                                job_id=job_id,
+                            )
+                created_ids = [job_id for job_id, created in result.values() if created]
+                if marks:
+                    self._mark(created_ids, marks)
+            return created_ids
+
+        # Two enqueues waiting on one key's holder can deadlock (InnoDB); ours runs again.
+        created_ids = dialect.run_again_on_lock_race(write)
         if created_ids and job_enqueued.receivers:
             job_enqueued.send(self.name, job_ids=created_ids)
         return [result[key][0] for key in keys]

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from django.core import checks
 from django.db import connections, transaction
@@ -51,6 +51,8 @@ OUTCOME_TABLE = OutcomeMinute._meta.db_table
 WINDOW_TABLE = UniqueWindow._meta.db_table
 # Where ``notify`` writes on the engines without LISTEN/NOTIFY (SQLite, MariaDB/MySQL).
 MESSAGE_TABLE = ChannelMessage._meta.db_table
+
+T = TypeVar("T")
 
 JOB_COLUMNS = (
     "id",
@@ -218,6 +220,15 @@ class Dialect(ABC):
         """
         with self.atomic_write(), self.connection.cursor() as cursor:
             yield cursor
+
+    def run_again_on_lock_race(self, attempt: Callable[[], T]) -> T:
+        """Call ``attempt()``, a whole transaction of ours; run it again where the engine says so.
+
+        Default: once. An engine that rolls a transaction back whole when it
+        loses a lock race (InnoDB's deadlocks) runs it again, outside the
+        caller's ``atomic()`` block only.
+        """
+        return attempt()
 
     def atomic_write(self) -> AbstractContextManager[Any]:
         """Return Django's ``atomic()`` for a transaction that will write, ORM calls and all.

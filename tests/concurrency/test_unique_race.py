@@ -75,6 +75,30 @@ def test_an_enqueue_racing_a_rolled_back_holder__writes_its_own_job():
     assert store.get_job(got[0]).payload == {"by": "other"}
 
 
+def test_two_enqueues_waiting_on_a_rolled_back_holder__one_writes_the_other_returns_it():
+    # InnoDB's duplicate-key deadlock: both waiters take a shared lock on the
+    # holder's key, and when it rolls back each needs the exclusive one. The
+    # loser's transaction is rolled back whole; an enqueue in its own
+    # transaction runs again and finds the winner.
+    holding = threading.Event()
+    got: list[int] = []
+
+    def holder():
+        with pytest.raises(RuntimeError), transaction.atomic():
+            store.queue("race.unique").enqueue({"by": "holder"}, unique_key="k")
+            holding.set()
+            time.sleep(0.5)
+            raise RuntimeError("roll back")
+
+    def waiter():
+        assert holding.wait(10)
+        got.append(store.queue("race.unique").enqueue({"by": "waiter"}, unique_key="k"))
+
+    run_threads(3, lambda i: holder() if i == 0 else waiter())
+    (job_id,) = live_ids("race.unique")
+    assert got == [job_id, job_id]
+
+
 def test_enqueues_racing_acks__never_two_live_jobs_and_each_id_was_a_holder():
     # One session acks whatever it claims while two enqueue the key: every
     # enqueue either writes the one live job or returns the current one's id.

@@ -21,10 +21,10 @@ the watched queues' claimable rows and the message table that
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core import checks
 from django.db import IntegrityError, transaction
@@ -57,9 +57,11 @@ from ..unique import UniqueJobs
 from . import schema as mysql_schema
 from .schema import CLAIM_INDEX, UNIQUE_INDEX
 from .sql import DUPLICATE_KEY, NOW, error_code, plus
-from .transactions import run_in_transaction
+from .transactions import retry_lock_races, run_in_transaction
 from .upserts import DuplicateKeyUpserts
 from .watch import MysqlWatcher
+
+T = TypeVar("T")
 
 LAPSED_BATCH = 1_000
 
@@ -188,6 +190,13 @@ class MysqlDialect(
             cursor.execute(sql, params)
             first = int(cursor.lastrowid)
             return list(range(first, first + len(payloads)))
+
+    def run_again_on_lock_race(self, attempt: Callable[[], T]) -> T:
+        # InnoDB's duplicate-key deadlock: two inserts waiting on a key's
+        # holder both take a shared lock on it, and once it rolls back or
+        # leaves each needs the exclusive one. The loser is rolled back whole;
+        # run again in its own transaction, it finds the winner's row.
+        return retry_lock_races(self.connection, attempt)
 
     def insert_unique(
         self, cursor: Any, stamps: EnqueueStamps, keyed: dict[str, str]
