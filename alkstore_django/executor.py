@@ -25,6 +25,7 @@ as a failed attempt with the reason instead, and the worker carries on.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import threading
@@ -54,6 +55,7 @@ from .models import ResultState, StepState
 from .records import OutcomeKind, Settled
 from .runs import Run, bind, unbind
 from .signals import job_finished, job_started, send_robust
+from .tracing import end_run, start_run
 from .workflows.progress import finish_step, lock
 
 if TYPE_CHECKING:
@@ -69,10 +71,12 @@ __all__ = [
     "Outcome",
     "OutcomeKind",
     "Settled",
+    "arun_handler",
     "call_handler",
     "cancelled_error",
     "finished",
     "has_hooks",
+    "outcome_of",
     "run_handler",
     "run_job",
     "settle",
@@ -162,52 +166,97 @@ def run_handler(func: Callable[[Any], Any], arg: Any, job: Job, run: Run | None 
     """
     started = time.monotonic()
     token = bind(run or Run(job))
+    span = start_run(job)
     try:
         outcome = Outcome(ACK, value=call_handler(func, arg))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        if span is not None:
+            end_run(span, None, exc)
         raise
-    except Cancelled as exc:
-        outcome = Outcome.failed(OutcomeKind.CANCEL, message_of(exc, "cancelled"), exc)
-    except Fail as exc:
-        outcome = Outcome.failed(OutcomeKind.FAIL, message_of(exc, "failed"), exc)
-    except Snooze as exc:
-        outcome = Outcome(OutcomeKind.SNOOZE, value=exc.delay_s)
-    except TimeLimitExceeded as exc:
-        # Not the handler's error: the worker stopped it and logged why; its
-        # completer records the attempt (timed out) or refuses it (a lapsed claim).
-        outcome = Outcome.failed(OutcomeKind.RETRY, describe(exc), exc)
-    except BaseException as exc:
-        error = describe(exc)
-        if has_hooks(func) and job.attempts >= job.max_attempts:
-            # The Tasks runner's last attempt: Django's task_finished line logs this
-            # traceback with the FAILED result (its contract); once is enough.
-            logger.error(
-                "handler raised id=%s queue=%s attempts=%s: %s",
-                job.id,
-                job.queue,
-                job.attempts,
-                loggable(error),
-            )
-        elif len(error) < MAX_LOGGED_ERROR_CHARS:
-            logger.error(
-                "handler raised id=%s queue=%s attempts=%s",
-                job.id,
-                job.queue,
-                job.attempts,
-                exc_info=exc,
-            )
-        else:
-            # A huge message is logged once, capped, not once per formatter.
-            logger.error(
-                "handler raised id=%s queue=%s attempts=%s\n%s",
-                job.id,
-                job.queue,
-                job.attempts,
-                loggable(format_traceback(exc)),
-            )
-        outcome = Outcome.failed(OutcomeKind.RETRY, error, exc)
+    except BaseException as exc:  # noqa: BLE001 - what a handler raises is its outcome
+        outcome = outcome_of(exc, func, job)
     finally:
         unbind(token)
+    if span is not None:
+        end_run(span, outcome)
+    return _timed(outcome, started, func, job)
+
+
+async def arun_handler(
+    func: Callable[[Any], Any], arg: Any, job: Job, run: Run | None = None
+) -> Outcome:
+    """Await ``func(arg)`` for ``job`` inside ``run``, on the running loop; as ``run_handler``.
+
+    ``asyncio.CancelledError`` is passed on as well: the asyncio pool
+    cancelled the run (a time limit, a cancel past its grace, the shutdown)
+    and knows what that means.
+    """
+    started = time.monotonic()
+    token = bind(run or Run(job))
+    span = start_run(job)
+    try:
+        value = func(arg)
+        if value is not None and inspect.isawaitable(value):
+            value = await value
+        outcome = Outcome(ACK, value=value)
+    except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+        if span is not None:
+            end_run(span, None, exc)
+        raise
+    except BaseException as exc:  # noqa: BLE001 - what a handler raises is its outcome
+        outcome = outcome_of(exc, func, job)
+    finally:
+        unbind(token)
+    if span is not None:
+        end_run(span, outcome)
+    return _timed(outcome, started, func, job)
+
+
+def outcome_of(exc: BaseException, func: Any, job: Job) -> Outcome:
+    """Return the outcome of a run of ``func`` for ``job`` that raised ``exc``; log a failure."""
+    if isinstance(exc, Cancelled):
+        return Outcome.failed(OutcomeKind.CANCEL, message_of(exc, "cancelled"), exc)
+    if isinstance(exc, Fail):
+        return Outcome.failed(OutcomeKind.FAIL, message_of(exc, "failed"), exc)
+    if isinstance(exc, Snooze):
+        return Outcome(OutcomeKind.SNOOZE, value=exc.delay_s)
+    if isinstance(exc, TimeLimitExceeded):
+        # Not the handler's error: the worker stopped it and logged why; its
+        # completer records the attempt (timed out) or refuses it (a lapsed claim).
+        return Outcome.failed(OutcomeKind.RETRY, describe(exc), exc)
+    error = describe(exc)
+    if has_hooks(func) and job.attempts >= job.max_attempts:
+        # The Tasks runner's last attempt: Django's task_finished line logs this
+        # traceback with the FAILED result (its contract); once is enough.
+        logger.error(
+            "handler raised id=%s queue=%s attempts=%s: %s",
+            job.id,
+            job.queue,
+            job.attempts,
+            loggable(error),
+        )
+    elif len(error) < MAX_LOGGED_ERROR_CHARS:
+        logger.error(
+            "handler raised id=%s queue=%s attempts=%s",
+            job.id,
+            job.queue,
+            job.attempts,
+            exc_info=exc,
+        )
+    else:
+        # A huge message is logged once, capped, not once per formatter.
+        logger.error(
+            "handler raised id=%s queue=%s attempts=%s\n%s",
+            job.id,
+            job.queue,
+            job.attempts,
+            loggable(format_traceback(exc)),
+        )
+    return Outcome.failed(OutcomeKind.RETRY, error, exc)
+
+
+def _timed(outcome: Outcome, started: float, func: Any, job: Job) -> Outcome:
+    """Stamp the run's duration on ``outcome`` and, for a retry, its backoff."""
     outcome.duration_ms = (time.monotonic() - started) * 1000
     if outcome.kind is RETRY and job.attempts < job.max_attempts:
         outcome.delay_s = retry_delay(func, job, outcome.exc)

@@ -231,7 +231,7 @@ class Completer:
     # --- attempts the worker decides ---------------------------------------------------
 
     def stop_overdue_runs(self) -> bool:
-        """Thread pool: stop each run past its time limit; True once one did not stop.
+        """Thread and asyncio pools: stop each run past its time limit; True once one did not stop.
 
         The time-out is raised inside the handler's thread (``ThreadLane.stop``);
         the attempt is recorded when the thread hands the run back, so the job
@@ -250,7 +250,7 @@ class Completer:
         ended = {id(d.held) for d in (*self.acks, *self._unsettled)}
         stuck = False
         for held in overdue:
-            if id(held) in ended or held.stuck:
+            if id(held) in ended or held.stuck or held.detached:
                 continue
             if held.stop_sent_at is None:
                 held.stop_sent_at = now

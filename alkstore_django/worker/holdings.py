@@ -50,6 +50,9 @@ class Held:
     # When its thread was asked to stop at its time limit; True once it did not.
     stop_sent_at: float | None = None
     stuck: bool = False
+    # Its coroutine ignored the stop (asyncio pool): its outcome was handed back
+    # as the stop meant and its slot reused, while it runs on.
+    detached: bool = False
     # When its run, asked to cancel, is stopped if it has not ended (monotonic).
     cancel_by: float | None = None
 

@@ -7,7 +7,8 @@ Handler threads call ``close_old_connections()`` around each job, as a
 request would, so user code sees the site's usual connection policy.
 
 A claimed job passes through a few roles: ``holdings`` (held under claim,
-its claim renewed), a lane of the pool (``pools``: where its handler runs),
+its claim renewed), a lane of the pool (``threads``, ``aio``: where its
+handler runs),
 the ``completer`` (its outcome settled, acks riding the next claim) and the
 ``tally`` (counted and logged). ``controls`` gate the claims, ``upkeep`` runs
 the periodic chores.
@@ -15,10 +16,8 @@ the periodic chores.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import queue as queue_module
 import socket
 import threading
 import time
@@ -31,21 +30,24 @@ from .. import presence
 from ..conf import app_settings
 from ..error_text import describe
 from ..errors import InvalidArgument
-from ..executor import CONNECTION_ERRORS, Outcome, OutcomeKind, tidy_connections
+from ..executor import CONNECTION_ERRORS, tidy_connections
 from ..handlers import HandlerRegistry, registry
 from ..notify import watch_queues
 from ..queues import Queue
 from ..store import Store, get_store
 from ..validation import validate_worker_id
-from .cancels import NOT_STARTED, Cancels
+from .aio import AsyncioPool
+from .cancels import Cancels
 from .children import KILL_GRACE_S
 from .completer import ACK_LINGER_S, Completer, fences
 from .controls import Controls
-from .holdings import Done, Held, Holdings
+from .holdings import Holdings
 from .instruments import Instruments
-from .pools import POOLS, PoolBroken, ThreadLane, make_lane
+from .pools import POOLS
+from .serving import Pool
 from .slots import Pulse
 from .tally import Tally, WorkerStats
+from .threads import ThreadPool
 from .upkeep import Upkeep
 
 logger = logging.getLogger("alkstore_django.worker")
@@ -55,10 +57,16 @@ logger = logging.getLogger("alkstore_django.worker")
 DEFAULT_PREFETCH = 8
 DB_RETRY_MAX_S = 5.0
 STOP_CHECK_S = 0.25
-# How often the thread pool looks for runs past their time limit.
+# How often the thread and asyncio pools look for runs past their time limit.
 LIMIT_CHECK_S = 0.1
-# The name every handler thread's name starts with.
-JOB_THREAD = "alkstore-job"
+# The asyncio pool's slots are cheap and its runs mostly wait: twice as many
+# held as run is enough to keep them all busy between claims.
+ASYNCIO_PREFETCH = 2
+
+
+def make_pool(worker: Worker) -> Pool:
+    """Return the pool ``worker.pool`` names, over the worker's roles."""
+    return AsyncioPool(worker) if worker.pool == "asyncio" else ThreadPool(worker)
 
 
 def default_worker_id() -> str:
@@ -77,15 +85,19 @@ class Worker:
     attempt. ``holdings`` records what is held, in memory the worker's
     sentinel process reads if the worker dies (``sentinel.py``).
 
-    ``pool`` is where handlers run: ``threads`` (the default) or
+    ``pool`` is where handlers run: ``threads`` (the default),
     ``processes`` (one child process per concurrency slot, replaced after
     ``max_jobs_per_child`` jobs or past ``max_memory_per_child_mb``; see
-    ``pools.py``). A run past its job's ``timeout_s`` fails that attempt with
-    ``timed out after N s``: the process pool kills the child; the thread
-    pool raises the time-out inside the handler's thread and records the
-    attempt once the thread has stopped. A thread that does not stop keeps
-    its job claimed: the worker stops claiming and returns after ``grace_s``
-    with ``timed_out`` set, for its supervisor to restart the process.
+    ``pools.py``) or ``asyncio`` (one event loop running up to
+    ``concurrency`` handlers; see ``aio.py``). A run past its job's
+    ``timeout_s`` fails that attempt with ``timed out after N s``: the
+    process pool kills the child; the thread pool raises the time-out inside
+    the handler's thread, the asyncio pool cancels the coroutine, and the
+    attempt is recorded once the run has stopped. A thread that does not stop
+    keeps its job claimed: the worker stops claiming and returns after
+    ``grace_s`` with ``timed_out`` set, for its supervisor to restart the
+    process. (A coroutine that ignores its cancellation is left to run on,
+    its attempt recorded: ``aio.py``.)
     """
 
     def __init__(
@@ -112,10 +124,11 @@ class Worker:
         self.handlers = handlers or registry
         self.queue_names = list(queues) if queues else self.handlers.queues()
         self.concurrency = max(1, concurrency)
-        self.capacity = max(self.concurrency, batch or self.concurrency * DEFAULT_PREFETCH)
+        prefetch = ASYNCIO_PREFETCH if pool == "asyncio" else DEFAULT_PREFETCH
+        self.capacity = max(self.concurrency, batch or self.concurrency * prefetch)
         # Refill once a quarter of the capacity is free: claims come in batches
         # while the rest of what is held keeps the threads busy.
-        self._refill_at = max(1, self.capacity // 4)
+        self.refill_at = max(1, self.capacity // 4)
         # Checked here: the worker's claims skip the per-call validation of claim_batch,
         # and an id the column cannot hold would fail every claim, forever.
         self.worker_id = default_worker_id() if worker_id is None else validate_worker_id(worker_id)
@@ -136,18 +149,16 @@ class Worker:
         self.pulse = Pulse()
         self.controls = Controls(self.queue_names, self.poll_interval_s)
         self.completer = Completer(
-            self.worker_id, self.store, self.holdings, self.tally, self.controls, self._refill_at
+            self.worker_id, self.store, self.holdings, self.tally, self.controls, self.refill_at
         )
         self.upkeep = Upkeep(self)
         self.cancels = Cancels(self.store, self.holdings, self.poll_interval_s)
-        self._lanes: list[ThreadLane] = []
         self._queues: list[Queue] = []
-        self._work: queue_module.SimpleQueue[Held | None] = queue_module.SimpleQueue()
-        self._wake = threading.Event()
+        self.wake = threading.Event()
         # A handler's progress report wakes the loop to write it (``Holdings.renew_due``).
-        self.holdings.wake = self._wake
+        self.holdings.wake = self.wake
         self._halt = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self.pool_lanes = make_pool(self)
         self._rr = 0
         self._db_failures = 0
         self._next_limit_check = 0.0
@@ -171,25 +182,6 @@ class Worker:
             built.append(self.store.handler_queue(name))
         return built
 
-    def _start_threads(self) -> None:
-        for index in range(self.concurrency):
-            lane = make_lane(
-                self.pool,
-                f"{self.worker_id}/{index}",
-                self.holdings.slots,
-                max_jobs=self.max_jobs_per_child,
-                max_memory_mb=self.max_memory_per_child_mb,
-            )
-            self._lanes.append(lane)
-            thread = threading.Thread(
-                target=self._serve, args=(lane,), name=f"{JOB_THREAD}-{index}", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
-        watcher = threading.Thread(target=self._watch, name="alkstore-watch", daemon=True)
-        watcher.start()
-        self._threads.append(watcher)
-
     # --- the loop -----------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> WorkerStats:
@@ -202,10 +194,13 @@ class Worker:
             self.concurrency,
             self.capacity,
         )
-        self._start_threads()
+        self.pool_lanes.start()
+        watcher = threading.Thread(target=self._watch, name="alkstore-watch", daemon=True)
+        watcher.start()
+        self._watcher = watcher
         try:
             while not stop.is_set():
-                self._wake.clear()
+                self.wake.clear()
                 self.pulse.beat()
                 try:
                     timeout = self._round()
@@ -221,7 +216,7 @@ class Worker:
                     break
                 if timeout:
                     # Sliced so a stop request is seen within STOP_CHECK_S.
-                    self._wake.wait(min(timeout, STOP_CHECK_S))
+                    self.wake.wait(min(timeout, STOP_CHECK_S))
         finally:
             self._shutdown()
         return self.stats
@@ -234,7 +229,7 @@ class Worker:
         if time.monotonic() >= self._next_limit_check:
             self._next_limit_check = time.monotonic() + LIMIT_CHECK_S
             # A child keeps its own time limit: the process pool stops superseded runs only.
-            if self.pool != "threads":
+            if self.pool == "processes":
                 self.completer.stop_superseded_runs()
             elif self.completer.stop_overdue_runs():
                 self.timed_out = True
@@ -275,7 +270,7 @@ class Worker:
         free = self.capacity - len(holdings) + len(acks)
         # Claiming one job at a time would cost a round trip per job: wait for
         # a quarter of the capacity to free up unless the worker is idle.
-        if free <= 0 or (len(holdings) > len(acks) and free < self._refill_at):
+        if free <= 0 or (len(holdings) > len(acks) and free < self.refill_at):
             return 0, False
         claimed = 0
         drained = True
@@ -319,63 +314,15 @@ class Worker:
             self.controls.hold(q.name, hold_s)
         now = time.monotonic()
         func = self.handlers.get(q.name)
-        hold, put = self.holdings.add, self._work.put
-        for handle in handles:
-            put(hold(handle, func, now))
+        hold = self.holdings.add
+        self.pool_lanes.submit([hold(handle, func, now) for handle in handles])
         return len(handles)
-
-    # --- handler threads ------------------------------------------------------------
-
-    def _serve(self, lane: ThreadLane) -> None:
-        """A handler thread: run held jobs in ``lane`` until ``None`` comes (the stop)."""
-        # A child boots in parallel, before the first job; one that cannot
-        # start is reported with the first job it is given.
-        with contextlib.suppress(Exception):
-            lane.start()
-        work, controls, wake, refill_at = self._work, self.controls, self._wake, self._refill_at
-        done = self.completer.done
-        while True:
-            held = work.get()
-            if held is None:
-                lane.close()
-                tidy_connections(connections.close_all)
-                return
-            if held.superseded or held.handle.job.queue in controls.paused:
-                # Not started: the claim's attempt goes back with the job (a
-                # superseded claim's release is refused without a statement).
-                done.put(Done(held, Outcome(OutcomeKind.RELEASE)))
-                wake.set()
-                continue
-            if held.run.cancel_requested or held.handle.job.cancel_requested_at is not None:
-                # Asked to cancel before it started (an earlier claim lapsed mid-cancel).
-                done.put(Done(held, Outcome(OutcomeKind.CANCEL, error=NOT_STARTED)))
-                wake.set()
-                continue
-            held.lane = lane
-            held.started_at = time.monotonic()
-            try:
-                outcome = lane.run(held.run, held.handler, held.slot)
-            except PoolBroken as exc:
-                logger.error("worker cannot run jobs, stopping: %s", exc)
-                self.broken = str(exc)
-                outcome = Outcome(OutcomeKind.RELEASE)
-            except BaseException as exc:  # noqa: BLE001 - the thread must outlive anything
-                # Lanes never raise; this is the last line, so a handler thread
-                # can never die and strand its job under a live claim.
-                error = f"the handler could not be run: {describe(exc)}"
-                outcome = Outcome(OutcomeKind.RETRY, error=error, exc=exc)
-                outcome.duration_ms = (time.monotonic() - held.started_at) * 1000
-            done.put(Done(held, outcome))
-            # Wake the main thread when it has a batch to settle and claim, or
-            # when this thread is about to go idle; not once per job.
-            if work.empty() or done.qsize() >= refill_at:
-                wake.set()
 
     def _watch(self) -> None:
         watch_queues(
             self.store,
             self._queues,
-            self._wake,
+            self.wake,
             self._halt,
             self.controls.changed,
             self.cancels.heard,
@@ -407,18 +354,13 @@ class Worker:
 
     def _shutdown(self) -> None:
         # Jobs not started yet go back at once; running ones get the grace period.
-        for held in self._unstarted():
+        for held in self.pool_lanes.unstarted():
             self.completer.release(held)
         self._finish_within_grace()
         self._settle_last()
         self._halt.set()
-        for _ in range(self.concurrency):
-            self._work.put(None)
-        # Handler threads still inside a job after the grace period are left
-        # behind (they are daemons); process lanes end once their child has.
-        job_wait_s = 0.1 if self.pool == "threads" else KILL_GRACE_S + 1
-        for thread in self._threads:
-            thread.join(job_wait_s if thread.name.startswith(JOB_THREAD) else 2.0)
+        self.pool_lanes.close()
+        self._watcher.join(2.0)
         connections[self.store.using].close()
         stats = self.stats
         logger.info(
@@ -434,17 +376,6 @@ class Worker:
             stats.cancelled,
         )
 
-    def _unstarted(self) -> list[Held]:
-        """Take every held job no handler thread has picked up yet."""
-        found: list[Held] = []
-        while True:
-            try:
-                item = self._work.get_nowait()
-            except queue_module.Empty:
-                return found
-            if item is not None:
-                found.append(item)
-
     def _finish_within_grace(self) -> None:
         """Settle what finishes within the grace period, renewing the claims meanwhile."""
         deadline = time.monotonic() + self.grace_s
@@ -455,8 +386,8 @@ class Worker:
                 self.holdings.renew_due()
             except DatabaseError as exc:
                 self._database_error(exc)
-            self._wake.wait(min(0.1, max(deadline - time.monotonic(), 0.0)))
-            self._wake.clear()
+            self.wake.wait(min(0.1, max(deadline - time.monotonic(), 0.0)))
+            self.wake.clear()
             self.pulse.beat()
 
     def _settle_last(self) -> None:
@@ -464,11 +395,11 @@ class Worker:
         try:
             self.completer.settle()
             self.completer.flush_acks(force=True)
-            for lane in self._lanes:
+            for lane in self.pool_lanes.lanes:
                 lane.interrupt()  # a child still running a job is stopped first
             # SIGKILLed if SIGTERM did not end it: gone before its attempt is recorded.
             killed_by = time.monotonic() + KILL_GRACE_S
-            for lane in self._lanes:
+            for lane in self.pool_lanes.lanes:
                 lane.end(killed_by)
             self.completer.interrupt_running(self.grace_s)
         except DatabaseError:
@@ -482,5 +413,5 @@ class Worker:
             logger.warning("could not record outcome counts at shutdown", exc_info=True)
 
     def running_threads(self) -> int:
-        """Return how many handler threads are still inside a job (after ``run`` returned)."""
-        return sum(t.is_alive() for t in self._threads if t.name.startswith(JOB_THREAD))
+        """Return how many handlers are still inside a job (after ``run`` returned)."""
+        return self.pool_lanes.running()

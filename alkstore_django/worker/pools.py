@@ -1,7 +1,8 @@
 """Where a worker's handlers run: the lanes of its pool, each a thread that may drive a child.
 
 A pool (``--pool threads`` or ``processes``) is ``--concurrency`` lanes: one
-handler thread each, which takes held jobs one at a time (``Worker._serve``).
+handler thread each, which takes held jobs one at a time (``threads.py``);
+the asyncio pool (``aio.py``) runs its sync handlers in thread lanes too.
 A lane is what that thread does with a job. ``ThreadLane`` calls the handler
 right there. ``ProcessLane`` hands the job to the lane's child process
 (``children.py``) and waits, which lets it enforce a hard time limit, survive
@@ -26,7 +27,7 @@ from .slots import RETURNED, RUNNING, ClaimSlots
 
 logger = logging.getLogger("alkstore_django.worker")
 
-POOLS = ("threads", "processes")
+POOLS = ("threads", "processes", "asyncio")
 
 
 class PoolBroken(Exception):

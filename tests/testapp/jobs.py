@@ -125,8 +125,9 @@ def workflow_step(job):
     return {"step": job.step, "workflow_id": job.workflow_id, "seen": seen, "states": states}
 
 
-# The chaos, hostile-handler and process-pool suites' handlers.
+# The chaos, hostile-handler, process-pool and asyncio-pool suites' handlers.
 from . import (  # noqa: E402, F401
+    async_jobs,
     backoff_jobs,
     cancel_jobs,
     chaos_jobs,

@@ -80,7 +80,10 @@ class Command(BaseCommand):
         parser.add_argument("--queue", action="append", default=[], help="A queue to work on.")
         parser.add_argument("--outbox", action="append", default=[], help="An outbox to deliver.")
         parser.add_argument(
-            "--concurrency", type=positive_int(MAX_COUNT), default=4, help="Handler threads."
+            "--concurrency",
+            type=positive_int(MAX_COUNT),
+            default=4,
+            help="Handler slots: threads, children or coroutines at once.",
         )
         parser.add_argument(
             "--batch",
@@ -94,8 +97,9 @@ class Command(BaseCommand):
             "--pool",
             choices=POOLS,
             default="threads",
-            help="Where handlers run: threads (default) or processes (one child per "
-            "--concurrency slot: hard time limits, crash isolation, memory recycling).",
+            help="Where handlers run: threads (default), processes (one child per "
+            "--concurrency slot: hard time limits, crash isolation, memory recycling) or "
+            "asyncio (one event loop running up to --concurrency async def handlers).",
         )
         parser.add_argument(
             "--max-jobs-per-child",
