@@ -10,24 +10,23 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
+from . import tracing
+from .asyncs import async_twin
 from .conf import QueueOptions, app_settings
-from .errors import DuplicateJob, InvalidArgument
+from .enqueues import MAX_BATCH, enqueue_marks, enqueue_unique, mark, unique_keys_of, write_marked
+from .errors import InvalidArgument
 from .handles import JobHandle
-from .records import UNKEYED, EnqueueStamps, QueueStats, SweepResult, join_tags
+from .records import UNKEYED, EnqueueStamps, QueueStats, SweepResult
 from .signals import job_enqueued
 from .validation import (
     OnDuplicate,
     encode_payload,
-    validate_concurrency_key,
     validate_duration,
     validate_int,
     validate_max_attempts,
-    validate_on_duplicate,
     validate_priority,
     validate_queue_limits,
     validate_run_at,
-    validate_tags,
-    validate_unique_key,
     validate_worker_id,
 )
 
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
     from .store import Store
 
 CHANNEL_PREFIX = "alkstore_"
-MAX_BATCH = 10_000
 
 
 def channel_for(name: str) -> str:
@@ -45,35 +43,6 @@ def channel_for(name: str) -> str:
     inside PostgreSQL's 63-byte identifier limit and out of reach of SQL.
     """
     return CHANNEL_PREFIX + hashlib.sha256(name.encode("utf-8")).hexdigest()[:40]
-
-
-def _unique_keys(
-    keys: Iterable[str | None] | None,
-    count: int,
-    unique_for_s: float | None,
-    on_duplicate: OnDuplicate,
-) -> list[str]:
-    """Validate the unique options of an enqueue of ``count`` payloads; return the keys."""
-    validate_on_duplicate(on_duplicate)
-    if keys is None:
-        raise InvalidArgument(
-            "unique_for_s and on_duplicate apply to jobs with a unique key: give unique_key "
-            "(unique_keys for enqueue_many)."
-        )
-    if isinstance(keys, (str, bytes, dict)) or not isinstance(keys, Iterable):
-        raise InvalidArgument(
-            f"Invalid unique_keys of type {type(keys).__name__}: expected a list of keys, "
-            "one per payload."
-        )
-    checked = [validate_unique_key(key) for key in keys]
-    if len(checked) != count:
-        raise InvalidArgument(
-            f"Invalid unique_keys: {len(checked)} keys for {count} payloads; expected one per "
-            "payload."
-        )
-    if unique_for_s is not None:
-        validate_duration("unique_for_s", unique_for_s, allow_zero=False)
-    return checked
 
 
 class Queue:
@@ -143,15 +112,16 @@ class Queue:
             payload, app_settings.max_payload_bytes, app_settings.payload_codec.encode
         )
         stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts, timeout_s)
-        marks = self._marks(keep_result_s, concurrency_key, tags)
+        marks = enqueue_marks(self, keep_result_s, concurrency_key, tags)
+        keys = None
         if unique_key is not None or unique_for_s is not None or on_duplicate != "return":
             single = None if unique_key is None else [unique_key]
-            keys = _unique_keys(single, 1, unique_for_s, on_duplicate)
-            return self._enqueue_unique(stamps, [encoded], keys, unique_for_s, on_duplicate, marks)[
-                0
-            ]
-        if marks:
-            return self._write_marked(stamps, [encoded], marks)[0]
+            keys = unique_keys_of(single, 1, unique_for_s, on_duplicate)
+        span = tracing.start_enqueue(self.name, 1)
+        if span is not None:
+            return self._traced(span, stamps, [encoded], keys, unique_for_s, on_duplicate, marks)[0]
+        if keys is not None or marks:
+            return self._write(stamps, [encoded], keys, unique_for_s, on_duplicate, marks)[0]
         ids = self.store.dialect.enqueue(stamps, (encoded,))
         if job_enqueued.receivers:
             job_enqueued.send(self.name, job_ids=ids)
@@ -192,117 +162,52 @@ class Queue:
         limit, to_json = app_settings.max_payload_bytes, app_settings.payload_codec.encode
         encoded = [encode_payload(payload, limit, to_json) for payload in payloads]
         stamps = self._stamps(delay_s, run_at, priority, expires_s, max_attempts, timeout_s)
-        marks = self._marks(keep_result_s, concurrency_key, tags)
+        marks = enqueue_marks(self, keep_result_s, concurrency_key, tags)
+        keys = None
         if unique_keys is not None or unique_for_s is not None or on_duplicate != "return":
-            keys = _unique_keys(unique_keys, len(encoded), unique_for_s, on_duplicate)
-            return self._enqueue_unique(stamps, encoded, keys, unique_for_s, on_duplicate, marks)
+            keys = unique_keys_of(unique_keys, len(encoded), unique_for_s, on_duplicate)
         if not encoded:
             return []
+        span = tracing.start_enqueue(self.name, len(encoded))
+        if span is not None:
+            return self._traced(span, stamps, encoded, keys, unique_for_s, on_duplicate, marks)
+        return self._write(stamps, encoded, keys, unique_for_s, on_duplicate, marks)
+
+    def _write(
+        self,
+        stamps: EnqueueStamps,
+        encoded: list[str],
+        keys: list[str] | None,
+        unique_for_s: float | None,
+        on_duplicate: OnDuplicate,
+        marks: dict[str, Any],
+    ) -> list[int]:
+        """Write checked, encoded jobs (unique, marked or plain); return their ids in order."""
+        if keys is not None:
+            return enqueue_unique(self, stamps, encoded, keys, unique_for_s, on_duplicate, marks)
         if marks:
-            return self._write_marked(stamps, encoded, marks)
+            return write_marked(self, stamps, encoded, marks)
         ids = self.write_encoded(encoded, stamps=stamps)
         if job_enqueued.receivers:
             job_enqueued.send(self.name, job_ids=ids)
         return ids
 
-    def _enqueue_unique(
+    def _traced(
         self,
+        span: tracing.EnqueueSpan,
         stamps: EnqueueStamps,
         encoded: list[str],
-        keys: list[str],
+        keys: list[str] | None,
         unique_for_s: float | None,
         on_duplicate: OnDuplicate,
         marks: dict[str, Any],
     ) -> list[int]:
-        """Write the payloads whose key is free; return each payload's job id or its key's holder's.
-
-        Keys already validated. With ``on_duplicate="raise"`` it is all or
-        nothing: the batch runs in its own atomic block (a savepoint inside
-        the caller's) that ``DuplicateJob`` rolls back.
-        """
-        keyed: dict[str, str] = {}
-        for key, payload in zip(keys, encoded, strict=True):
-            if on_duplicate == "raise" and key in keyed:
-                raise DuplicateJob(
-                    f"Unique key {key!r} appears twice in the batch for queue {self.name!r}: "
-                    "nothing enqueued."
-                )
-            keyed.setdefault(key, payload)
-        if not keyed:
-            return []
-        dialect = self.store.dialect
-        items = list(keyed.items())
-        result: dict[str, tuple[int, bool]] = {}
-
-        def write() -> list[int]:
-            result.clear()
-            with transaction.atomic(using=self.store.using):
-                for start in range(0, len(items), MAX_BATCH):
-                    chunk = dict(items[start : start + MAX_BATCH])
-                    result.update(dialect.enqueue_unique(stamps, chunk, unique_for_s))
-                if on_duplicate == "raise":
-                    for key, (job_id, created) in result.items():
-                        if not created:
-                            raise DuplicateJob(
-                                f"Unique key {key!r} of queue {self.name!r} is held by job "
-                                f"{job_id} (live, or within its unique_for_s window): "
-                                "nothing enqueued.",
-                                job_id=job_id,
-                            )
-                created_ids = [job_id for job_id, created in result.values() if created]
-                if marks:
-                    self._mark(created_ids, marks)
-            return created_ids
-
-        # Two enqueues waiting on one key's holder can deadlock (InnoDB); ours runs again.
-        created_ids = dialect.run_again_on_lock_race(write)
-        if created_ids and job_enqueued.receivers:
-            job_enqueued.send(self.name, job_ids=created_ids)
-        return [result[key][0] for key in keys]
-
-    def _marks(
-        self,
-        keep_result_s: float | None,
-        concurrency_key: str | None,
-        tags: Sequence[str] | None,
-    ) -> dict[str, Any]:
-        """Validate the columns a plain insert leaves null; return those this enqueue sets.
-
-        ``keep_result_s`` is the call's, or the queue's.
-        """
-        marks: dict[str, Any] = {}
-        if keep_result_s is not None:
-            marks["keep_result_s"] = validate_duration(
-                "keep_result_s", keep_result_s, allow_zero=False
-            )
-        elif self.options.keep_result_s is not None:
-            marks["keep_result_s"] = self.options.keep_result_s
-        if concurrency_key is not None:
-            marks["concurrency_key"] = validate_concurrency_key(concurrency_key)
-        elif self.keyed:
-            marks["concurrency_key"] = UNKEYED
-        if tags is not None:
-            stored = join_tags(validate_tags(tags))
-            if stored is not None:
-                marks["tags"] = stored
-        return marks
-
-    def _write_marked(
-        self, stamps: EnqueueStamps, encoded: list[str], marks: dict[str, Any]
-    ) -> list[int]:
-        """Write jobs with ``marks``: the insert, then their marks, in one transaction."""
-        with self.store.dialect.atomic_write():
-            ids = self.write_encoded(encoded, stamps=stamps)
-            self._mark(ids, marks)
-        if job_enqueued.receivers:
-            job_enqueued.send(self.name, job_ids=ids)
+        """``_write`` inside the enqueue's span, whose context every job written stores."""
+        with span:
+            stamps = replace(stamps, trace_context=span.carrier)
+            ids = self._write(stamps, encoded, keys, unique_for_s, on_duplicate, marks)
+            span.sent(ids)
         return ids
-
-    def _mark(self, ids: list[int], marks: dict[str, Any]) -> None:
-        # Columns the plain insert leaves null, so the common enqueue's statement is unchanged.
-        from .models import Job
-
-        Job.objects.using(self.store.using).filter(id__in=ids).update(**marks)
 
     def write_encoded(
         self,
@@ -330,7 +235,7 @@ class Queue:
                 ids += dialect.enqueue(stamps, encoded[start : start + MAX_BATCH])
             if step:
                 # A workflow's step: no key of its own, so the queue's unlimited one.
-                self._mark(ids, {"concurrency_key": UNKEYED})
+                mark(self, ids, {"concurrency_key": UNKEYED})
         return ids
 
     def check_options(self, options: dict[str, Any]) -> EnqueueStamps:
@@ -493,3 +398,8 @@ class Queue:
             oldest_pending_age_s=age,
             overdue=overdue,
         )
+
+    # --- async twins: the sync call on Django's thread-sensitive thread (asyncs) -----------
+
+    aenqueue = async_twin(enqueue)
+    aenqueue_many = async_twin(enqueue_many)

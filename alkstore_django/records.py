@@ -83,6 +83,8 @@ class Job:
     cancel_requested_at: datetime | None = None
     # The handler's last reported progress (``Store.get_job`` only; a claim leaves it None).
     progress: Progress | None = None
+    # The trace context of the enqueue (JSON of the propagator's carrier), when it was traced.
+    trace_context: str | None = None
     # Not a field: the payload column as a claim read it, before the codec's
     # decode, set on the records a claim builds (``Dialect.job_from_row``) and
     # None on the others. The process pool sends it to the child, which decodes
@@ -305,13 +307,16 @@ class EnqueueStamps:
     run_at: datetime | None = None
     delay_s: float | None = None
     expires_s: float | None = None
+    # The enqueue span's carrier (``tracing``); None, so NULL, when not traced.
+    trace_context: str | None = None
 
     def stamp_params(self) -> list[Any]:
-        """The values of ``ENQUEUE_STAMP_COLUMNS``, in that order."""
+        """The values of ``STAMP_MARKS`` in ``ENQUEUE_COLUMNS``, in that order."""
         return [
             self.max_attempts,
             self.visibility_timeout_s,
             self.retry_base_s,
             self.timeout_s,
             self.max_snoozes,
+            self.trace_context,
         ]

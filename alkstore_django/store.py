@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from .asyncs import run_sync
 from .conf import app_settings
 from .errors import StoreClosed
 from .handlers import OUTBOX_PREFIX
@@ -142,6 +143,43 @@ class Store:
         from .workflows.service import cancel_workflow
 
         return cancel_workflow(self, workflow_id)
+
+    # --- async twins: the sync call on Django's thread-sensitive thread (asyncs.run_sync) ----
+
+    async def aget_job(self, job_id: int) -> Job | None:
+        """Return the job, live or dead, or None: ``get_job`` for async code."""
+        return await run_sync(self.get_job, job_id)
+
+    async def acancel_job(self, job_id: int) -> bool:
+        """Cancel a live job, running or not; False when there is none: ``cancel_job``."""
+        return await run_sync(self.cancel_job, job_id)
+
+    async def aget_result(self, job_id: int) -> JobResult | None:
+        """Return what became of a job kept with ``keep_result_s``, or None: ``get_result``."""
+        return await run_sync(self.get_result, job_id)
+
+    async def aenqueue_workflow(self, workflow: WorkflowBuilder) -> int:
+        """Write ``workflow`` and release its first steps; return its id: ``enqueue_workflow``.
+
+        Checked whole before anything is written, as the sync call. It commits
+        at once unless an atomic block is open on Django's thread-sensitive
+        thread: see ``Queue.aenqueue``.
+        """
+        return await run_sync(self.enqueue_workflow, workflow)
+
+    async def aget_workflow(self, workflow_id: int) -> WorkflowRecord | None:
+        """Return the workflow and its steps as they stand, or None: ``get_workflow``."""
+        return await run_sync(self.get_workflow, workflow_id)
+
+    async def alist_workflows(
+        self, *, state: str | None = None, limit: int = 100
+    ) -> list[WorkflowRecord]:
+        """Return the newest workflows, of ``state`` when given: ``list_workflows``."""
+        return await run_sync(self.list_workflows, state=state, limit=limit)
+
+    async def acancel_workflow(self, workflow_id: int) -> bool:
+        """Cancel what has not finished of the workflow; False if it ended: ``cancel_workflow``."""
+        return await run_sync(self.cancel_workflow, workflow_id)
 
     # --- outbox, locks, schedules ----------------------------------------------
 

@@ -2,7 +2,7 @@
 
     python bench/run.py [--peers] [--quick] [--runs N] [--engines postgresql,sqlite,mariadb]
                         [--workloads enqueue,drain,controls,latency,backlog,pools,workflows,
-                                     steering]
+                                     steering,io]
                         [--baseline TREE]
 
 Each figure is the median of N runs (default 3) with the min-max; the command
@@ -13,7 +13,8 @@ postgres://postgres@127.0.0.1:5432/alk_perf_bench; the peers get
 same server) and the SQLite file ``.test-db/alk_perf_bench.sqlite3``.
 ``--peers`` installs procrastinate and django-tasks-db into ``.venv-peers``
 (never a dependency of the package) and runs the same workloads on them and on
-a raw-psycopg floor. ``--baseline TREE`` instead runs the enqueue and drain
+a raw-psycopg floor (and procrastinate's async worker in the ``io`` rows, on
+``<database>_procrastinate``). ``--baseline TREE`` instead runs the enqueue and drain
 workloads side by side with an earlier checkout (its own ``alkstore_django``,
 on ``<database>_baseline``), alternating run by run, and, when this tree has
 workflows, the workflow and kept-result rows on this tree in the same rounds
@@ -126,6 +127,15 @@ def pg_database(url: str, name: str | None = None, fresh: bool = True) -> str:
     return urlunsplit(parts)
 
 
+def pg_setting(url: str, name: str) -> str:
+    """Return a PostgreSQL server setting (``SHOW``), as the table's header reports it."""
+    import psycopg
+
+    with psycopg.connect(urlunsplit(urlsplit(url)._replace(scheme="postgresql"))) as conn:
+        row = conn.execute(f"SHOW {name}").fetchone()
+    return str(row[0]) if row else "?"
+
+
 def mariadb_database(url: str, name: str | None = None) -> str:
     """(Re)create a MariaDB/MySQL database for the bench; return its URL."""
     import MySQLdb
@@ -163,17 +173,26 @@ class Sizes:
     slow_peer_drain: int
     # The middle of the 1 → width → 1 workflow (the issue's 1,000 in both modes: it is short).
     workflow_width: int = 1_000
+    # The 50 ms jobs of the io rows at concurrency 200 (about a second at the ideal
+    # 4,000 jobs/s), and at the thread pool's default 4 (5 s at its ideal 80 jobs/s).
+    io_drain: int = 4_000
+    io_drain_narrow: int = 400
 
     @classmethod
     def for_mode(cls, quick: bool) -> Sizes:
         if quick:
-            return cls(200, 2_000, 10_000, 3_000, 100, 10_000, 100_000, 200, 500, 200)
+            return cls(
+                200, 2_000, 10_000, 3_000, 100, 10_000, 100_000, 200, 500, 200,
+                io_drain=2_000, io_drain_narrow=100,
+            )  # fmt: skip
         return cls(2_000, 20_000, 50_000, 20_000, 500, 10_000, 1_000_000, 1_000, 3_000, 1_000)
 
 
 WORKLOADS = (
-    "enqueue", "drain", "controls", "latency", "backlog", "pools", "workflows", "steering",
+    "enqueue", "drain", "controls", "latency", "backlog", "pools", "workflows", "steering", "io",
 )  # fmt: skip
+# The workloads --peers runs on the peers (the io rows run procrastinate in their own rounds).
+PEER_WORKLOADS = ("enqueue", "drain", "latency")
 
 
 def side_database(engine: str, url: str, suffix: str) -> str:
@@ -190,9 +209,17 @@ def side_database(engine: str, url: str, suffix: str) -> str:
 
 
 def alkstore_figures(
-    engine: str, url: str, sizes: Sizes, runs: int, workloads: tuple[str, ...] = WORKLOADS
+    engine: str,
+    url: str,
+    sizes: Sizes,
+    runs: int,
+    workloads: tuple[str, ...] = WORKLOADS,
+    peers: bool = False,
 ) -> list[Figure]:
-    """Run the alkstore workloads (all of them by default) on one engine."""
+    """Run the alkstore workloads (all of them by default) on one engine.
+
+    With ``peers``, the io rows on PostgreSQL run procrastinate's in the same rounds.
+    """
     env = base_env()
     env["BENCH_DATABASE_URL"] = url
     py = [sys.executable, "-m", "bench.workloads"]
@@ -265,7 +292,52 @@ def alkstore_figures(
     if "steering" in workloads:
         figures += steering_figures(engine, sizes, runs, env)
         log(f"{engine}: steering done")
+    if "io" in workloads:
+        figures += io_figures(engine, url, sizes, runs, env, peers and is_pg)
+        log(f"{engine}: io done")
     return figures
+
+
+def io_figures(
+    engine: str, url: str, sizes: Sizes, runs: int, env: dict[str, str], procrastinate: bool
+) -> list[Figure]:
+    """Issue 25's rows (``bench/io_bound.py``): 50 ms async jobs, by pool, one round each.
+
+    Each round runs the asyncio pool's drain, the thread pool's (at 200 and
+    at 4) and, with ``procrastinate``, procrastinate's worker's, the order
+    reversed on odd rounds.
+    """
+    from bench.io_bound import io_derived, io_workloads
+
+    n, narrow = sizes.io_drain, sizes.io_drain_narrow
+    rows = io_workloads(n, narrow, procrastinate)
+    drivers = {"alkstore": ([sys.executable, "-m", "bench.workloads"], env)}
+    if procrastinate:
+        peer_env = dict(env, BENCH_DATABASE_URL=side_database(engine, url, "_procrastinate"))
+        peer_env.pop("DJANGO_SETTINGS_MODULE")
+        command = [str(ensure_peers_venv()), "-m", "bench.peers.procrastinate_driver"]
+        drivers["procrastinate"] = (command, peer_env)
+        run_json([*command, "setup"], peer_env)
+    figures = {
+        name: Figure(name, system, engine, unit) for name, (system, _, _, unit) in rows.items()
+    }
+    commands = list(dict.fromkeys((system, tuple(args)) for system, args, _, _ in rows.values()))
+    for run in range(runs):
+        done = {}
+        for system, args in reversed(commands) if run % 2 else commands:
+            driver, driver_env = drivers[system]
+            done[system, args] = run_json([*driver, *args], driver_env)
+        for name, (system, args, key, _) in rows.items():
+            figures[name].values.append(done[system, tuple(args)][key])
+        log(f"{engine}: io round {run + 1} of {runs} done")
+    derived = []
+    for name, system, unit, values in io_derived(
+        {name: fig.values for name, fig in figures.items()}, n, narrow
+    ):
+        fig = Figure(name, system, engine, unit)
+        fig.values = values
+        derived.append(fig)
+    return [*figures.values(), *derived]
 
 
 def backlog_figures(
@@ -829,8 +901,8 @@ def main() -> int:
         if args.baseline is not None:
             figures += baseline_figures(engine, url, args.baseline, sizes, runs)
         else:
-            figures += alkstore_figures(engine, url, sizes, runs, workloads)
-    if args.peers:
+            figures += alkstore_figures(engine, url, sizes, runs, workloads, args.peers)
+    if args.peers and set(workloads) & set(PEER_WORKLOADS):
         figures += peer_figures(sizes, runs, pg_url)
         figures += ratio_rows(figures)
     judge([f for f in figures if f.system in ("alkstore", "alkstore/baseline")])
@@ -840,6 +912,9 @@ def main() -> int:
         f"{os.cpu_count()} CPUs, load average at start {load[0]:.2f} / "
         f"end {os.getloadavg()[0]:.2f}, {elapsed:.0f} s"
     )
+    if "postgresql" in engines or args.peers:
+        # The drains truncate and vacuum their tables: they do not judge table growth.
+        print(f"PostgreSQL autovacuum: {pg_setting(pg_url, 'autovacuum')}")
     print_table(figures)
     for fig in figures:
         print(fig.as_json())

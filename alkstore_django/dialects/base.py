@@ -81,6 +81,7 @@ JOB_COLUMNS = (
     "concurrency_key",
     "tags",
     "cancel_requested_at",
+    "trace_context",
 )
 JOB_SELECT = ", ".join(JOB_COLUMNS)
 _new_record = object.__new__
@@ -93,28 +94,29 @@ DEAD_COPY = (
     "id, queue, payload, priority, run_at, attempts, max_attempts, "
     "visibility_timeout_s, retry_base_s, expires_at, worker_id, enqueued_at, generation, "
     "timeout_s, snoozes, max_snoozes, unique_key, workflow_id, step, keep_result_s, "
-    "concurrency_key, tags"
+    "concurrency_key, tags, trace_context"
 )
 DEAD_COLUMNS = DEAD_COPY + ", last_error, died_at"
 # What a dead letter becomes when it is requeued: the same id and stamps,
 # pending, due now, attempts reset, its last error kept for the operator.
 # An expiry that has already passed is dropped: a requeued job is meant to run.
 # So is its unique key: another live job may hold it by now, and an operator's
-# requeue must not fail on it.
+# requeue must not fail on it. Its trace context is kept: its runs join the
+# trace of the enqueue that made it.
 REQUEUE_COLUMNS = JOB_SELECT
 REQUEUE_SELECT = (
     "id, queue, payload, priority, {now}, 0, max_attempts, visibility_timeout_s, "
     "retry_base_s, CASE WHEN expires_at > {now} THEN expires_at END, 'pending', NULL, NULL, "
     "last_error, enqueued_at, generation, timeout_s, snoozes, max_snoozes, NULL, "
-    "workflow_id, step, keep_result_s, concurrency_key, tags, NULL"
+    "workflow_id, step, keep_result_s, concurrency_key, tags, NULL, trace_context"
 )
 # What every engine's enqueue writes: the columns, then the stamps' placeholders
 # (``EnqueueStamps.stamp_params`` fills them, in this order).
 ENQUEUE_COLUMNS = (
     "queue, payload, priority, run_at, attempts, max_attempts, visibility_timeout_s, "
-    "retry_base_s, timeout_s, max_snoozes, expires_at, state, enqueued_at"
+    "retry_base_s, timeout_s, max_snoozes, trace_context, expires_at, state, enqueued_at"
 )
-STAMP_MARKS = "%s, %s, %s, %s, %s"
+STAMP_MARKS = "%s, %s, %s, %s, %s, %s"
 SCHEDULE_COLUMNS = (
     "name, spec, interval_s, zone, misfire, queue, payload, priority, max_attempts, "
     "visibility_timeout_s, retry_base_s, expires_s, enabled, declared, next_run_at"

@@ -56,6 +56,7 @@ def _job_record(
         keep_result_s=row.keep_result_s,
         concurrency_key=row.concurrency_key or None,
         tags=records.split_tags(row.tags),
+        trace_context=row.trace_context,
         **extra,
     )
 
@@ -104,6 +105,9 @@ class JobStamps(models.Model):
     concurrency_key = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
     # The job's tags as ",a,b,": a tag is matched with one LIKE on every engine.
     tags = models.TextField(null=True, blank=True)  # noqa: DJ001
+    # The trace context of its enqueue (JSON of the propagator's carrier, W3C
+    # traceparent by default) when a tracer provider was set; its runs' parent.
+    trace_context = models.TextField(null=True, blank=True)  # noqa: DJ001
 
     class Meta:
         abstract = True

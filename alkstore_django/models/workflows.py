@@ -98,6 +98,9 @@ class Workflow(models.Model):
     steps_open = models.PositiveIntegerField()
     created_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The trace context of its enqueue (``tracing``): each step released later
+    # is enqueued under it, so one workflow is one trace.
+    trace_context = models.TextField(null=True, blank=True)  # noqa: DJ001
 
     class Meta:
         indexes = [

@@ -17,13 +17,14 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Now
 
-from .. import results
+from .. import results, tracing
 from ..conf import app_settings
 from ..models import (
     DeadJob,
@@ -55,12 +56,19 @@ def lock(using: str, workflow_ids: Iterable[int]) -> list[Workflow]:
     return list(Workflow.objects.using(using).select_for_update().filter(id__in=ids).order_by("id"))
 
 
-def release(store: Store, workflow_id: int, steps: Sequence[WorkflowStep]) -> None:
+def release(
+    store: Store,
+    workflow_id: int,
+    steps: Sequence[WorkflowStep],
+    trace_context: str | None = None,
+) -> None:
     """Enqueue the jobs of ``steps`` (their parents are done) and mark the steps pending.
 
     One insert per queue and options, then one update that names each job's
     workflow and step: a fan-out of a thousand steps costs a few statements,
     not a thousand. The caller saves the steps (``job_id``, ``state``).
+    Traced, each insert's enqueue span is a child of ``trace_context`` (the
+    workflow's), else of the current span.
     """
     groups: dict[tuple[str, str], list[WorkflowStep]] = defaultdict(list)
     for step in steps:
@@ -68,7 +76,16 @@ def release(store: Store, workflow_id: int, steps: Sequence[WorkflowStep]) -> No
     marks: list[Job] = []
     for (queue_name, _), members in groups.items():
         queue = store.queue(queue_name)
-        ids = queue.write_encoded([s.payload for s in members], members[0].options)
+        payloads, options = [s.payload for s in members], members[0].options
+        span = tracing.start_enqueue(queue_name, len(members), parent=trace_context)
+        if span is None:
+            ids = queue.write_encoded(payloads, options)
+        else:
+            with span:
+                stamps = replace(queue.check_options(options), trace_context=span.carrier)
+                ids = queue.write_encoded(payloads, options, stamps=stamps)
+                span.set("alkstore.workflow.id", workflow_id)
+                span.sent(ids)
         for step, job_id in zip(members, ids, strict=True):
             step.job_id, step.state = job_id, StepState.PENDING
             marks.append(Job(id=job_id, workflow_id=workflow_id, step=step.name))
@@ -110,15 +127,16 @@ def finish_step(
     now = Now()
     step.state, step.result, step.error, step.finished_at = state, result, error, now
     step.save(update_fields=["state", "result", "error", "finished_at"])
-    closed = 1 + _move_dependants(store, workflow.id, [(step, state)], now)
+    closed = 1 + _move_dependants(store, workflow, [(step, state)], now)
     _close(using, workflow, closed, now)
     return True
 
 
 def _move_dependants(
-    store: Store, workflow_id: int, finished: list[tuple[WorkflowStep, str]], now: Now
+    store: Store, workflow: Workflow, finished: list[tuple[WorkflowStep, str]], now: Now
 ) -> int:
     """Pass each finished step's end to its waiting dependants; return how many steps closed."""
+    workflow_id = workflow.id
     closed = 0
     changed: dict[int, WorkflowStep] = {}
     to_release: list[WorkflowStep] = []
@@ -153,7 +171,7 @@ def _move_dependants(
                 child.state = StepState.PENDING
                 to_release.append(child)
     if to_release:
-        release(store, workflow_id, to_release)
+        release(store, workflow_id, to_release, workflow.trace_context)
     _save(store.using, list(changed.values()), to_release)
     return closed
 
@@ -324,7 +342,7 @@ def _resume(store: Store, workflow: Workflow, names: list[str]) -> None:
             step.state = StepState.PENDING
             to_release.append(step)
     if to_release:
-        release(store, workflow.id, to_release)
+        release(store, workflow.id, to_release, workflow.trace_context)
     _save(store.using, changed, to_release)
     workflow.steps_open += opened
     workflow.state, workflow.finished_at = WorkflowState.RUNNING, None

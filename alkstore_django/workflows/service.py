@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
-from .. import records
+from .. import records, tracing
 from ..conf import app_settings
 from ..errors import InvalidWorkflow
 from ..models import Job, StepState, WorkflowState, WorkflowStep
@@ -41,10 +42,17 @@ def enqueue_workflow(store: Store, workflow: Workflow) -> int:
         encoded[name] = encode_payload(step.payload, limit, to_json)
     dependants = workflow.dependants()
     using = store.using
-    with store.dialect.atomic_write():
+    # The steps released now are enqueued inside it, those released later under its context.
+    span = tracing.start_workflow(workflow.name, len(order))
+    with span or nullcontext(), store.dialect.atomic_write():
         row = WorkflowRow.objects.using(using).create(
-            name=workflow.name, steps_total=len(order), steps_open=len(order)
+            name=workflow.name,
+            steps_total=len(order),
+            steps_open=len(order),
+            trace_context=span.carrier if span is not None else None,
         )
+        if span is not None:
+            span.set("alkstore.workflow.id", row.id)
         steps = [
             WorkflowStep(
                 workflow=row,

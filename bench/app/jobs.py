@@ -1,7 +1,8 @@
 """Bench handlers: a no-op, one that stamps its start for the latency workload, a workflow step.
 
 Each handler appends to ``BENCH_MARK_FILE`` (when set): the no-op only once per
-process (the moment this process started draining), the latency handler one
+process (the moment this process started draining, and its CPU time so far,
+so a drain's CPU can be told from Django's start-up), the latency handler one
 ``<i> <monotonic>`` line per job, the workflow step one
 ``<step> <workflow id> <monotonic>`` line per run of a step named ``root`` or
 ``fan-in``.
@@ -11,6 +12,7 @@ machine.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -90,12 +92,20 @@ def progress_calls(job):
         f.write(f"calls {n} {elapsed!r} {done}\n")
 
 
+@handler("bench.io")
+async def io_bound(job):
+    """The I/O-bound job of the ``io`` workload (``bench/io_bound.py``): it waits 50 ms."""
+    _first_mark()
+    await asyncio.sleep(0.05)
+
+
 def _first_mark():
     if "first" not in _marks:
         _marks["first"] = time.monotonic()
         f = _mark_file()
         if f:
-            f.write(f"first {_marks['first']!r}\n")
+            # The process's CPU (every thread's) at its first job: start-up's.
+            f.write(f"first {_marks['first']!r} {time.process_time()!r}\n")
 
 
 @handler("bench.latency")

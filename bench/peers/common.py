@@ -32,7 +32,8 @@ def mark_first() -> None:
     path = os.environ.get("BENCH_MARK_FILE")
     if path:
         with open(path, "a") as f:
-            f.write(f"first {_marks['first']!r}\n")
+            # The process's CPU so far (every thread's): its start-up's.
+            f.write(f"first {_marks['first']!r} {time.process_time()!r}\n")
 
 
 def mark_job(i: int) -> None:
@@ -55,7 +56,12 @@ def child_env(mark_file: str) -> dict[str, str]:
 
 
 def drain(worker: list[str], n: int, procs: int, left: Callable[[], int]) -> dict:
-    """Run ``procs`` copies of ``worker`` (which exit when the queue is empty); time them."""
+    """Run ``procs`` copies of ``worker`` (which exit when the queue is empty); time them.
+
+    CPU is the workers' (``wait4``), start-up included (``cpu_us_per_job``)
+    or from each one's first job on (``drain_cpu_us_per_job``: its CPU then,
+    from its mark, taken off); RSS their peak (``ru_maxrss``).
+    """
     tmp = Path(tempfile.mkdtemp(prefix="alkbench-peer-"))
     children = []
     spawned = time.monotonic()
@@ -71,16 +77,21 @@ def drain(worker: list[str], n: int, procs: int, left: Callable[[], int]) -> dic
             )
         )
     rss_kb, codes = [], []
+    cpu_s = 0.0
     for child in children:
         _, status, usage = os.wait4(child.pid, 0)
         codes.append(os.waitstatus_to_exitcode(status))
         rss_kb.append(usage.ru_maxrss)
+        cpu_s += usage.ru_utime + usage.ru_stime
     ended = time.monotonic()
     firsts = []
+    startup_cpu_s = 0.0
     for index in range(procs):
         path = tmp / f"mark-{index}"
         if path.exists():
-            firsts += [float(x.split()[1]) for x in path.read_text().splitlines()]
+            for fields in (line.split() for line in path.read_text().splitlines()):
+                firsts.append(float(fields[1]))
+                startup_cpu_s += float(fields[2]) if len(fields) > 2 else 0.0
     remaining = left()
     if any(codes) or remaining or not firsts:
         raise SystemExit(f"peer drain failed: codes {codes}, {remaining} left; logs in {tmp}")
@@ -94,6 +105,8 @@ def drain(worker: list[str], n: int, procs: int, left: Callable[[], int]) -> dic
         "rate": n / (ended - first),
         "wall_rate": n / (ended - spawned),
         "rss_mb": max(rss_kb) / 1024,
+        "cpu_us_per_job": cpu_s / n * 1e6,
+        "drain_cpu_us_per_job": (cpu_s - startup_cpu_s) / n * 1e6,
     }
 
 

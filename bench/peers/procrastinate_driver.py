@@ -13,7 +13,7 @@ import sys
 import psycopg
 
 from bench.peers import common
-from bench.peers.procrastinate_app import app, noop, stamp
+from bench.peers.procrastinate_app import app, io_bound, noop, stamp
 
 APP = "bench.peers.procrastinate_app.app"
 
@@ -66,6 +66,22 @@ def drain(n: str, procs: str) -> dict:
     return common.drain(cli("worker", "--queues", "bench", "--one-shot"), int(n), int(procs), left)
 
 
+def drain_io(n: str, concurrency: str) -> dict:
+    """Drain ``n`` 50 ms ``async def`` jobs with one worker at ``--concurrency``."""
+    clear()
+    with app.open():
+        for start in range(0, int(n), 1000):
+            io_bound.batch_defer(*[{"i": i} for i in range(start, min(start + 1000, int(n)))])
+    # What autovacuum's analyze would do after such a burst (the bench server runs without it).
+    sql("ANALYZE procrastinate_jobs")
+
+    def left() -> int:
+        return sql("SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'")[0][0]
+
+    worker = cli("worker", "--queues", "bench_io", "--one-shot", "--concurrency", concurrency)
+    return {**common.drain(worker, int(n), 1, left), "concurrency": int(concurrency)}
+
+
 def latency(n: str) -> dict:
     clear()
     with app.open():
@@ -81,6 +97,7 @@ if __name__ == "__main__":
             "capabilities": capabilities,
             "enqueue": enqueue,
             "drain": drain,
+            "drain-io": drain_io,
             "latency": latency,
         }
     )

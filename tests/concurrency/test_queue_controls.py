@@ -125,7 +125,7 @@ def test_max_running_2__holds_over_four_workers_of_four_threads_and_500_jobs(
     assert_each_started_once(log, ids)
 
 
-def test_rate_20_per_second__starts_190_to_210_jobs_in_10_seconds(
+def test_rate_20_per_second__starts_190_to_220_jobs_in_10_seconds(
     subprocess_env, settings_variant, tmp_path
 ):
     env = limited(settings_variant, rate="20/s")
@@ -139,7 +139,10 @@ def test_rate_20_per_second__starts_190_to_210_jobs_in_10_seconds(
     finally:
         stop_workers(procs)
     in_ten_s = [at for at in starts(log) if at < first + 10.0]
-    assert 190 <= len(in_ten_s) <= 210
+    # A window opens at its first claim and a start follows its claim: when the
+    # first start lags its claim more than later ones, an eleventh window's
+    # starts fall inside the ten seconds (seen under load), never a twelfth.
+    assert 190 <= len(in_ten_s) <= 220
     print(f"rate 20/s: {len(in_ten_s)} starts in the first 10 s")
     # Jobs held back by the rate waited without spending an attempt.
     waiting = Job.objects.filter(queue=QUEUE).values_list("attempts", flat=True)

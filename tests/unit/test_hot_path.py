@@ -31,7 +31,7 @@ def test_job_from_row__builds_the_record_its_constructor_builds():
         "last_error": "ValueError: x", "enqueued_at": now, "generation": 9, "timeout_s": 2.5,
         "snoozes": 1, "max_snoozes": 4, "unique_key": "k", "workflow_id": 11, "step": "s",
         "keep_result_s": 60.0, "concurrency_key": "c", "tags": ",a,b,",
-        "cancel_requested_at": now,
+        "cancel_requested_at": now, "trace_context": '{"traceparent":"00-ab-cd-01"}',
     }  # fmt: skip
     row = [values[name] for name in JOB_COLUMNS]
     built = store.dialect.job_from_row(row)
