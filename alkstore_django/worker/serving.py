@@ -34,7 +34,8 @@ class Pool:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.lanes: list[Any] = []
-        self._paused = worker.controls.paused
+        # Read at each job: ``Controls.paused`` is replaced, never mutated.
+        self._controls = worker.controls
         self._done = worker.completer.done
         self._wake = worker.wake
         self._refill_at = worker.refill_at
@@ -61,7 +62,7 @@ class Pool:
 
     def not_to_run(self, held: Held) -> Outcome | None:
         """Return the outcome of a job that must not start now, or None to run it."""
-        if held.superseded or held.handle.job.queue in self._paused:
+        if held.superseded or held.handle.job.queue in self._controls.paused:
             # Not started: the claim's attempt goes back with the job (a
             # superseded claim's release is refused without a statement).
             return Outcome(OutcomeKind.RELEASE)

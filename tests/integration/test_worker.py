@@ -11,7 +11,7 @@ from alkstore_django import store
 from alkstore_django.errors import InvalidArgument
 from alkstore_django.models import DeadJob, Job
 from alkstore_django.worker import Worker
-from tests.helpers import db_now, running_worker
+from tests.helpers import db_now, running_worker, wait_for
 from tests.testapp.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -138,3 +138,20 @@ def test_sweep__buries_exhausted_lapsed_claims_of_a_queue_nobody_claims_from():
         1,
         "max attempts exceeded",
     )
+
+
+@pytest.mark.parametrize("pool", ["threads", "asyncio"])
+def test_jobs_held_when_their_queue_is_paused__go_back_unstarted(pool):
+    q = store.queue("t.slow")
+    first = q.enqueue({"sleep_s": 1.0})
+    rest = q.enqueue_many([{"sleep_s": 0}] * 4)
+    # One slot and room for five: the four wait behind the first, held under claim.
+    with running_worker(["t.slow"], concurrency=1, batch=5, pool=pool):
+        wait_for_run(first)
+        q.pause()
+        assert wait_for(lambda: store.get_job(first) is None, timeout=10)
+        time.sleep(0.5)
+    assert list(Run.objects.values_list("job_id", flat=True)) == [first]
+    for job_id in rest:
+        job = store.get_job(job_id)
+        assert (job.state, job.attempts) == ("pending", 0)
