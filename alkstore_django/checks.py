@@ -9,11 +9,11 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connections
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from .backoff import load_backoff
-from .conf import QUEUE_LIMIT_NAMES, SETTING_KEYS, app_settings, load_codec
+from .conf import QUEUE_DATABASE_KEY, QUEUE_SETTING_NAMES, SETTING_KEYS, app_settings, load_codec
 from .errors import AlkstoreError
 from .handlers import registry
 from .validation import validate_name, validate_queue_limits, validate_queue_options
@@ -41,8 +41,11 @@ def _positive_number(value: Any) -> bool:
         return False
 
 
-def _engine_checks(alias: str) -> list[checks.CheckMessage]:
-    """Refuse a database engine alkstore has no dialect for; let the engine check its settings."""
+def _engine_checks(alias: str, key: str = "ALKSTORE['DATABASE']") -> list[checks.CheckMessage]:
+    """Refuse a database engine alkstore has no dialect for; let the engine check its settings.
+
+    ``key`` names the setting that chose ``alias``, for the messages.
+    """
     from .dialects import SUPPORTED, dialect_class
 
     if alias not in settings.DATABASES:
@@ -53,7 +56,7 @@ def _engine_checks(alias: str) -> list[checks.CheckMessage]:
         # Django cannot load the backend at all (PostgreSQL without any driver).
         return [
             _error(
-                f"ALKSTORE['DATABASE'] {alias!r} cannot be used: {exc}",
+                f"{key} {alias!r} cannot be used: {exc}",
                 "Install the engine's driver: pip install 'alkstore-django[postgres]' "
                 "(or [mysql]).",
                 "alkstore.E204",
@@ -64,7 +67,7 @@ def _engine_checks(alias: str) -> list[checks.CheckMessage]:
         engine = settings.DATABASES[alias].get("ENGINE", "")
         return [
             _error(
-                f"ALKSTORE['DATABASE'] {alias!r} uses {engine!r} (vendor {vendor!r}).",
+                f"{key} {alias!r} uses {engine!r} (vendor {vendor!r}).",
                 f"alkstore_django supports {SUPPORTED}.",
                 "alkstore.E006",
             )
@@ -109,6 +112,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         *_check_keys(raw),
         *_check_aliases(raw),
         *_engine_checks(app_settings.database),
+        *_check_router(),
         *_check_queues(raw),
         *_check_intervals(raw),
         *_check_metrics_token(raw),
@@ -159,7 +163,7 @@ def _check_queues(raw: dict[str, Any]) -> list[checks.CheckMessage]:
             validate_name("queue", name)
             if not isinstance(opts, dict):
                 raise AlkstoreError(f"options are {type(opts).__name__}, not a dict")
-            validate_queue_options({k: v for k, v in opts.items() if k not in QUEUE_LIMIT_NAMES})
+            validate_queue_options({k: v for k, v in opts.items() if k not in QUEUE_SETTING_NAMES})
         except AlkstoreError as exc:
             errors.append(
                 _error(
@@ -171,7 +175,62 @@ def _check_queues(raw: dict[str, Any]) -> list[checks.CheckMessage]:
             continue
         errors += _check_limits(name, opts)
         errors += _check_backoff(name, opts)
+        errors += _check_queue_database(name, opts)
     return errors
+
+
+def _check_queue_database(name: str, opts: dict[str, Any]) -> list[checks.CheckMessage]:
+    """Refuse a queue ``database`` that is not an alias of ``DATABASES`` (E002)."""
+    if QUEUE_DATABASE_KEY not in opts:
+        return []
+    alias = opts[QUEUE_DATABASE_KEY]
+    if isinstance(alias, str) and alias in settings.DATABASES:
+        key = f"ALKSTORE['QUEUES'][{name!r}]['database']"
+        return _engine_checks(alias, key) if alias != app_settings.database else []
+    return [
+        _error(
+            f"ALKSTORE['QUEUES'][{name!r}]['database'] is {alias!r}, which is not in DATABASES.",
+            f"Use one of: {', '.join(settings.DATABASES)}.",
+            "alkstore.E002",
+        )
+    ]
+
+
+def _check_router() -> list[checks.CheckMessage]:
+    """Warn when alkstore lives off ``default`` but no router sends its tables there (W006).
+
+    Judged by what the configured routers answer, so a site's own router that
+    does the same passes: alkstore's models written to ``DATABASE``, and its
+    migrations kept off every alias that holds none of its queues.
+    """
+    from django.db import router
+
+    from .models import Job
+
+    aliases = app_settings.aliases
+    if aliases == [DEFAULT_DB_ALIAS] or any(a not in settings.DATABASES for a in aliases):
+        return []
+    stray = [
+        alias
+        for alias in settings.DATABASES
+        if alias not in aliases and router.allow_migrate(alias, Job._meta.app_label)
+    ]
+    written = router.db_for_write(Job)
+    problems = [f"migrate creates them on {', '.join(map(repr, stray))} too"] if stray else []
+    if written != app_settings.database:
+        problems.append(f"the ORM reads and writes them on {written!r}")
+    if not problems:
+        return []
+    return [
+        checks.Warning(
+            f"alkstore's tables live on {', '.join(map(repr, aliases))}, but "
+            f"{' and '.join(problems)}.",
+            hint="Add 'alkstore_django.routers.AlkstoreRouter' to DATABASE_ROUTERS (first), "
+            "then run migrate --database for each of those aliases (docs/scale.md).",
+            obj="settings.DATABASE_ROUTERS",
+            id="alkstore.W006",
+        )
+    ]
 
 
 def _check_backoff(name: str, opts: dict[str, Any]) -> list[checks.CheckMessage]:

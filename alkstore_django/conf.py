@@ -69,6 +69,11 @@ QUEUE_OPTION_NAMES = frozenset(f.name for f in fields(QueueOptions))
 # Settings only, never a queue handle's option: a limit binds every worker at
 # once, so it cannot differ from one handle to the next.
 QUEUE_LIMIT_NAMES = frozenset({"max_running", "rate", "max_running_per_key"})
+# Where a queue's jobs live: a ``DATABASES`` alias other than ``DATABASE``
+# (docs/scale.md). Settings only, like the limits: every handle of the queue,
+# every worker and the scheduler must find its jobs in one place.
+QUEUE_DATABASE_KEY = "database"
+QUEUE_SETTING_NAMES = QUEUE_LIMIT_NAMES | {QUEUE_DATABASE_KEY}
 SETTING_KEYS = frozenset(
     {
         "DATABASE",
@@ -102,6 +107,14 @@ class AlkstoreSettings:
     def listen_database(self) -> str:
         """The alias the worker LISTENs on: a direct connection past any pooler."""
         return self.raw.get("LISTEN_DATABASE") or self.database
+
+    def listen_alias(self, using: str) -> str:
+        """The alias a watcher of ``using``'s queues LISTENs on.
+
+        ``LISTEN_DATABASE`` is ``DATABASE``'s direct connection; a queue routed
+        to another alias is watched on that alias itself (docs/scale.md).
+        """
+        return self.listen_database if using == self.database else using
 
     @property
     def queues(self) -> dict[str, dict[str, Any]]:
@@ -145,9 +158,28 @@ class AlkstoreSettings:
     def queue_defaults(self, name: str) -> QueueOptions:
         """Return the queue's derived defaults: engine defaults overlaid by QUEUES[name]."""
         opts = self.queues.get(name, {})
-        if not QUEUE_LIMIT_NAMES.isdisjoint(opts):
-            opts = {k: v for k, v in opts.items() if k not in QUEUE_LIMIT_NAMES}
+        if not QUEUE_SETTING_NAMES.isdisjoint(opts):
+            opts = {k: v for k, v in opts.items() if k not in QUEUE_SETTING_NAMES}
         return ENGINE_DEFAULTS.overlay(opts)
+
+    def queue_database(self, name: str) -> str | None:
+        """Return the alias ``QUEUES[name]["database"]`` routes the queue to, None if unrouted."""
+        opts = self.queues.get(name)
+        return opts.get(QUEUE_DATABASE_KEY) if isinstance(opts, dict) else None
+
+    def queue_alias(self, name: str) -> str:
+        """Return the alias queue ``name``'s jobs live on: its ``database``, else ``DATABASE``."""
+        return self.queue_database(name) or self.database
+
+    @property
+    def aliases(self) -> list[str]:
+        """Every alias that holds alkstore's tables: ``DATABASE`` first, then the queues' own."""
+        found = [self.database]
+        for opts in self.queues.values():
+            alias = opts.get(QUEUE_DATABASE_KEY) if isinstance(opts, dict) else None
+            if alias and alias not in found:
+                found.append(alias)
+        return found
 
 
 @functools.cache

@@ -22,9 +22,10 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 
-from . import operations, presence
+from . import presence
 from .conf import app_settings
 from .models import Lock, Schedule
+from .overview import every_queue_overview, queue_overview
 from .scheduler.leader import LEADER_LOCK
 
 QUEUE_STATES = ("pending", "scheduled", "processing", "overdue", "dead")
@@ -39,7 +40,7 @@ class StoreCollector:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        using = self.using or app_settings.database
+        aliases = [self.using] if self.using else app_settings.aliases
         jobs = GaugeMetricFamily(
             "alkstore_queue_jobs", "Jobs per queue and state.", labels=["queue", "state"]
         )
@@ -51,7 +52,8 @@ class StoreCollector:
         consumers = GaugeMetricFamily(
             "alkstore_queue_consumers", "Live workers consuming the queue.", labels=["queue"]
         )
-        for stats in operations.queue_overview(using=using):
+        rows = queue_overview(using=self.using) if self.using else every_queue_overview()
+        for stats in rows:
             for state in QUEUE_STATES:
                 jobs.add_metric([stats.queue, state], getattr(stats, state))
             age.add_metric([stats.queue], stats.oldest_pending_age_s or 0.0)
@@ -68,10 +70,19 @@ class StoreCollector:
             "When each live worker last announced itself.",
             labels=["worker_id"],
         )
-        for worker in presence.live_workers(using):
-            for outcome in ("acked", "retried", "dead"):
-                settled.add_metric([worker.worker_id, outcome], getattr(worker, outcome))
-            seen.add_metric([worker.worker_id], worker.last_seen_at.timestamp())
+        # A worker serving queues on several aliases has a row on each (``crew.py``):
+        # one series per worker, its loops' counts summed.
+        totals: dict[str, list[float]] = {}
+        for alias in aliases:
+            for worker in presence.live_workers(alias):
+                total = totals.setdefault(worker.worker_id, [0, 0, 0, 0.0])
+                for i, outcome in enumerate(("acked", "retried", "dead")):
+                    total[i] += getattr(worker, outcome)
+                total[3] = max(total[3], worker.last_seen_at.timestamp())
+        for worker_id, (acked, retried, dead, last_seen) in totals.items():
+            for outcome, count in (("acked", acked), ("retried", retried), ("dead", dead)):
+                settled.add_metric([worker_id, outcome], count)
+            seen.add_metric([worker_id], last_seen)
         yield from (settled, seen)
 
         leader = GaugeMetricFamily(
@@ -79,6 +90,8 @@ class StoreCollector:
             "When the scheduler leader's lease ends (absent when no runner ever led).",
             labels=["owner"],
         )
+        # The scheduler's tables are DATABASE's (a schedule fires into any alias).
+        using = self.using or app_settings.database
         lease = Lock.objects.using(using).filter(name=LEADER_LOCK).first()
         if lease is not None:
             leader.add_metric([lease.owner], lease.expires_at.timestamp())

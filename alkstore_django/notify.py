@@ -55,7 +55,7 @@ def listen(store: Store, channels: Sequence[str], timeout_s: float) -> Iterator[
     names = [validate_name("channel", c, allow_reserved=True) for c in channels]
     validate_duration("timeout_s", timeout_s)
     by_channel = {channel_for(name): name for name in names}
-    watcher = open_watcher(store, list(by_channel), app_settings.listen_database)
+    watcher = open_watcher(store, list(by_channel))
     return _listen(watcher, by_channel, timeout_s)
 
 
@@ -84,9 +84,9 @@ def open_watcher(
 
     ``queues`` are the queue names behind the channels, for an engine that
     watches the job table itself rather than a channel (MariaDB/MySQL). The
-    watcher connects through ``listen_alias``, by default ``LISTEN_DATABASE``.
+    watcher connects through ``listen_alias``, by default ``conf.listen_alias``'s.
     """
-    alias = listen_alias or app_settings.listen_database
+    alias = listen_alias or app_settings.listen_alias(store.using)
     return store.dialect.open_watcher(channels, queues=queues, listen_alias=alias)
 
 

@@ -15,10 +15,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import results
 from .conf import app_settings
-from .errors import AlkstoreError, InvalidArgument
-from .history import recent_timeouts
-from .presence import live_workers
-from .records import Job, QueueLimitState, QueueStats
+from .errors import InvalidArgument
+from .records import Job
 from .scheduler.registry import list_schedules as list_schedules
 from .scheduler.registry import set_schedules_enabled as set_schedules_enabled
 from .store import Store
@@ -27,7 +25,6 @@ from .validation import (
     validate_duration,
     validate_int,
     validate_name,
-    validate_queue_limits,
     validate_tag,
 )
 from .workflows.progress import cancelling, resume
@@ -404,97 +401,3 @@ def set_queue_paused(queue: str, paused: bool, *, using: str | None = None) -> b
 def paused_queues(*, using: str | None = None) -> dict[str, datetime | None]:
     """Return every paused queue with the time it was paused (database clock)."""
     return _dialect(using).paused_queues()
-
-
-# --- the overview ------------------------------------------------------------------
-
-
-def queue_overview(*, using: str | None = None) -> list[QueueStats]:
-    """Return every queue's counts, sorted by name, from three grouped queries.
-
-    Queues with rows, queues named in ``ALKSTORE["QUEUES"]`` and queues with a
-    registered handler are listed. ``pending`` counts ready jobs; ``scheduled``
-    those due later; ``overdue`` processing jobs whose claim deadline passed;
-    ``oldest_pending_age_s`` is the wait of the oldest ready job; ``paused``
-    whether the queue is paused (a paused queue is listed); ``consumers``
-    the live workers running the queue (``unconsumed`` flags jobs nobody runs);
-    ``timed_out`` the attempts stopped at their time limit in the last hour.
-    """
-    from .handlers import registry
-
-    sql = _dialect(using)
-    now = sql.database_now()
-    counts = sql.overview(now)
-    consumers: dict[str, int] = {}
-    for worker in live_workers(_alias(using)):
-        for name in worker.queues:
-            consumers[name] = consumers.get(name, 0) + 1
-    timed_out = recent_timeouts(_alias(using))
-    paused = sql.paused_queues()
-    names = set(counts) | set(app_settings.queues) | set(registry.queues()) | set(paused)
-    result = []
-    for name in sorted(names):
-        row = counts.get(name, {})
-        oldest = row.get("oldest_pending_at")
-        result.append(
-            QueueStats(
-                queue=name,
-                pending=row.get("pending", 0),
-                scheduled=row.get("scheduled", 0),
-                processing=row.get("processing", 0),
-                dead=row.get("dead", 0),
-                oldest_pending_age_s=(
-                    max((now - oldest).total_seconds(), 0.0) if oldest is not None else None
-                ),
-                overdue=row.get("overdue", 0),
-                consumers=consumers.get(name, 0),
-                timed_out=timed_out.get(name, 0),
-                paused=name in paused,
-            )
-        )
-    return result
-
-
-def queue_limit_states(*, using: str | None = None) -> dict[str, QueueLimitState]:
-    """Return queue -> its limits (``max_running``, ``max_running_per_key``, ``rate``) and window.
-
-    Queues whose ``QUEUES`` entry has neither limit are left out, and so is a
-    bad entry (the system check ``alkstore.E011``/``E012`` names it). A window
-    whose period has passed counts as closed, as the next claim sees it.
-    """
-    from .models import QueueControl
-
-    limited = {}
-    for name, opts in app_settings.queues.items():
-        try:
-            limits = validate_queue_limits(opts if isinstance(opts, dict) else {})
-        except AlkstoreError:
-            continue
-        if limits is not None:
-            limited[name] = (limits, opts.get("rate"))
-    if not limited:
-        return {}
-    now = _dialect(using).database_now()
-    rows = (
-        QueueControl.objects.using(_alias(using))
-        .filter(queue__in=limited, window_at__isnull=False)
-        .values_list("queue", "window_at", "window_starts")
-    )
-    windows = {queue: (window_at, starts) for queue, window_at, starts in rows}
-    result = {}
-    for name, (limits, rate) in sorted(limited.items()):
-        window_at, starts = windows.get(name, (None, 0))
-        ends_at = None
-        if window_at is not None and limits.rate_period_s is not None:
-            ends_at = window_at + timedelta(seconds=limits.rate_period_s)
-        open_window = ends_at is not None and now < ends_at
-        result[name] = QueueLimitState(
-            queue=name,
-            max_running=limits.max_running,
-            max_running_per_key=limits.max_running_per_key,
-            rate=rate,
-            rate_starts=limits.rate_starts,
-            window_starts=starts if open_window else 0,
-            window_ends_at=ends_at if open_window else None,
-        )
-    return result

@@ -221,6 +221,8 @@ class QueueStats:
     timed_out: int = 0
     # Paused: no worker claims from it until it is resumed.
     paused: bool = False
+    # The alias its jobs live on (``QUEUES[name]["database"]``, else ``DATABASE``).
+    database: str = "default"
 
     @property
     def unconsumed(self) -> bool:

@@ -65,7 +65,16 @@ class Store:
         self.check_open()
         validate_name("queue", name)
         checked = validate_queue_options(opts)
-        return Queue(self, name, app_settings.queue_defaults(name).overlay(checked))
+        return Queue(self.of_queue(name), name, app_settings.queue_defaults(name).overlay(checked))
+
+    def of_queue(self, name: str) -> Store:
+        """Return the store queue ``name``'s jobs live in: this one, unless routed elsewhere.
+
+        ``QUEUES[name]["database"]`` names the alias of a queue's jobs for every
+        store (docs/scale.md): its handles, workers and schedules all meet there.
+        """
+        alias = app_settings.queue_database(name)
+        return self if alias is None or alias == self.using else get_store(alias)
 
     def handler_queue(self, name: str) -> Queue:
         """Return the Queue a handler registered under ``name`` runs on.

@@ -70,8 +70,9 @@ def run_ready_jobs(
                 f"No handler registered for queue {name!r}: expected one of {known}."
             )
         # The Tasks runner writes its results to the database it is told.
-        call = functools.partial(func, using=store.using) if has_hooks(func) else func
-        handled.append((store.handler_queue(name), func, call))
+        queue = store.handler_queue(name)
+        call = functools.partial(func, using=queue.store.using) if has_hooks(func) else func
+        handled.append((queue, func, call))
     runs: list[JobRun] = []
     while True:
         progressed = False
@@ -81,12 +82,14 @@ def run_ready_jobs(
                 continue
             progressed = True
             job = handle.job
+            # The queue's own alias: a queue routed to another database settles there.
+            using = queue.store.using
             try:
                 outcome = run_handler(call, job, job)
             except KeyboardInterrupt:
-                settle(handle, Outcome(OutcomeKind.RELEASE), func, store.using)
+                settle(handle, Outcome(OutcomeKind.RELEASE), func, using)
                 raise
-            result = settle(handle, outcome, func, store.using)
+            result = settle(handle, outcome, func, using)
             runs.append(
                 JobRun(job.id, job.queue, job.attempts, result, outcome.error, outcome.value)
             )

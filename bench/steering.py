@@ -108,7 +108,10 @@ def keyed_fill(keys: int):
 
 def check_per_key(per_key: int) -> None:
     """Refuse to time ``bench.keyed`` unless its limit is the one asked for."""
-    from alkstore_django.operations import queue_limit_states
+    try:
+        from alkstore_django.overview import queue_limit_states
+    except ImportError:  # an earlier tree (--baseline), before overview.py
+        from alkstore_django.operations import queue_limit_states
 
     state = queue_limit_states().get("bench.keyed")
     if state is None or state.max_running_per_key != per_key:

@@ -225,6 +225,12 @@ for venv in "${VENVS[@]}"; do
     esac
     export DIRECT_DATABASE_URL=$direct
     run_pytest "Django $version / $engine" "$venv" "$url" "${SELECT[@]}" "$@"
+    if [ "$engine" = postgresql ] && [ "$newest" = 1 ] && [ $# -eq 0 ]; then
+      # alkstore on a database of its own beside the site's (the router, docs/scale.md):
+      # the integration tier with every alkstore table on a second alias of this server.
+      ALKSTORE_TEST_QUEUE_DATABASE=1 run_pytest "Django $version / $engine, alkstore on its own database" \
+        "$venv" "$url" tests/integration
+    fi
   done
 done
 

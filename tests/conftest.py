@@ -27,6 +27,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give every database test the alias alkstore's tables are on, when it is not ``default``.
+
+    The queue-database run (``ALKSTORE_TEST_QUEUE_DATABASE=1``) keeps the site's
+    models on ``default`` and alkstore's on ``queues``: a test that reaches both
+    needs both, as a site's test would (``databases = {"default", "queues"}``).
+    """
+    from django.conf import settings
+
+    alias = settings.ALKSTORE.get("DATABASE", "default")
+    if alias == "default":
+        return
+    for item in items:
+        mark = item.get_closest_marker("django_db")
+        if mark is None:
+            continue
+        databases = mark.kwargs.get("databases") or ["default"]
+        if databases == "__all__" or alias in databases:
+            continue
+        kwargs = {**mark.kwargs, "databases": [*databases, alias]}
+        item.add_marker(pytest.mark.django_db(*mark.args, **kwargs), append=False)
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
     """Behind a pooler, close its server connections before the test database is dropped.

@@ -36,11 +36,12 @@ import django
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
-from django.db import connection, connections
+from django.db import connections
 from django.db.models.functions import Now
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
+from alkstore_django.conf import app_settings
 from alkstore_django.dialects import dialect_class
 from alkstore_django.models import DeadJob, Job, Lock, Schedule
 
@@ -53,6 +54,19 @@ VENDOR = next((v for v in ("postgresql", "mysql") if v in ENGINE), "sqlite")
 DIALECT = dialect_class(VENDOR)
 # scripts/test.sh's pgbouncer run: "default" goes through PgBouncer, "direct" past it.
 POOLED = "direct" in settings.DATABASES
+
+
+# The keys that say where alkstore's tables are (the queue-database run's "queues",
+# PgBouncer's direct alias): a test that sets ALKSTORE keeps them, {**ROUTING, ...}.
+ROUTING = {k: v for k, v in settings.ALKSTORE.items() if k in ("DATABASE", "LISTEN_DATABASE")}
+# The alias alkstore's tables are on: ``transaction.atomic(using=ALKSTORE_DB)`` is what
+# makes an enqueue part of a test's transaction there.
+ALKSTORE_DB = settings.ALKSTORE.get("DATABASE", "default")
+
+
+def alkstore_connection():
+    """Return the connection of the alias alkstore's tables are on (``default`` or ``queues``)."""
+    return connections[app_settings.database]
 
 
 def database_url(alias: str = "default") -> str:
@@ -76,6 +90,14 @@ def database_url(alias: str = "default") -> str:
 def postgres_only(reason: str) -> pytest.MarkDecorator:
     """Skip on SQLite, saying what SQLite physically lacks and where the sibling is."""
     return pytest.mark.skipif(VENDOR != "postgresql", reason=f"PostgreSQL only: {reason}")
+
+
+def site_database(reason: str) -> pytest.MarkDecorator:
+    """Skip when alkstore is on its own database: no transaction spans the site's and its own."""
+    return pytest.mark.skipif(
+        ALKSTORE_DB != "default",
+        reason=f"alkstore on the site's database only: {reason} (docs/settings.md)",
+    )
 
 
 def sqlite_only(reason: str) -> pytest.MarkDecorator:
@@ -204,7 +226,7 @@ def check_ids(messages) -> list[str]:
 
 def listener_pids() -> list[int]:
     """Return the PostgreSQL backends of other sessions that are LISTENing (workers' watchers)."""
-    with connection.cursor() as cursor:
+    with alkstore_connection().cursor() as cursor:
         cursor.execute(
             "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %%' "
             "AND datname = current_database() AND pid <> pg_backend_pid()"
@@ -252,13 +274,13 @@ def fill_pending(queue: str, n: int) -> None:
         "queue, payload, priority, run_at, attempts, max_attempts, visibility_timeout_s, "
         "retry_base_s, state, enqueued_at"
     )
-    if connection.vendor == "postgresql":
+    if alkstore_connection().vendor == "postgresql":
         sql = (
             f"INSERT INTO {table} ({columns}) SELECT %s, '{{}}'::jsonb, g %% 10, "
             "now() - make_interval(secs => g), 0, 3, 300, 5, 'pending', now() "
             "FROM generate_series(1, %s) AS g"
         )
-    elif connection.vendor == "mysql":
+    elif alkstore_connection().vendor == "mysql":
         # MariaDB's sequence engine; no recursion limit to raise.
         sql = (
             f"INSERT INTO {table} ({columns}) SELECT %s, '{{}}', seq %% 10, "
@@ -272,8 +294,8 @@ def fill_pending(queue: str, n: int) -> None:
             "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('-%%d seconds', x)), "
             "0, 3, 300, 5, 'pending', strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') FROM g"
         )
-    params = [n, queue] if connection.vendor == "sqlite" else [queue, n]
-    with connection.cursor() as cursor:
+    params = [n, queue] if alkstore_connection().vendor == "sqlite" else [queue, n]
+    with alkstore_connection().cursor() as cursor:
         cursor.execute(sql, params)
 
 
@@ -283,8 +305,8 @@ def analyze_tables() -> None:
     On MariaDB/MySQL ``ANALYZE TABLE`` commits the open transaction: a test
     that calls this there must be a transactional one.
     """
-    with connection.cursor() as cursor:
-        if connection.vendor == "mysql":
+    with alkstore_connection().cursor() as cursor:
+        if alkstore_connection().vendor == "mysql":
             cursor.execute(f"ANALYZE TABLE {Job._meta.db_table}, {DeadJob._meta.db_table}")
             cursor.fetchall()
         else:

@@ -30,6 +30,27 @@ elif DATABASES["default"]["ENGINE"].endswith("mysql"):
 # and dialect_for's refusal.
 DATABASES["legacy"] = {"ENGINE": "django.db.backends.dummy"}
 
+
+def beside(suffix: str) -> dict[str, object]:
+    """Return a database like ``default``'s, on the same server, named with ``suffix``."""
+    other = {**DATABASES["default"], "NAME": f"{DATABASES['default']['NAME']}_{suffix}"}
+    if other["ENGINE"].endswith("sqlite3"):
+        name = str(DATABASES["default"]["NAME"]).removesuffix(".sqlite3") + f"_{suffix}.sqlite3"
+        other.update(NAME=name, TEST={"NAME": name})
+    elif "TEST" in other:
+        other["TEST"] = {k: v for k, v in other["TEST"].items() if k != "NAME"}
+    return other
+
+
+# A shard, for tests/integration/test_databases.py (which routes the queue "sharded" there).
+DATABASES["shard"] = beside("shard")
+# ALKSTORE_TEST_QUEUE_DATABASE=1 (scripts/test.sh's "queue database" run): alkstore's
+# tables on a database of their own beside the site's, through the router (docs/scale.md).
+QUEUE_DATABASE = os.environ.get("ALKSTORE_TEST_QUEUE_DATABASE") == "1"
+if QUEUE_DATABASE:
+    DATABASES["queues"] = beside("queues")
+    DATABASE_ROUTERS = ["alkstore_django.routers.AlkstoreRouter"]
+
 if os.environ.get("DIRECT_DATABASE_URL"):
     # Behind a transaction-mode pooler (scripts/test.sh's pgbouncer run), as
     # docs/deployment.md advises: no server-side cursors or named prepared
@@ -77,6 +98,9 @@ TEMPLATES = [
 STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 ALKSTORE: dict[str, object] = {"POLL_INTERVAL_S": 1.0}
+if QUEUE_DATABASE:
+    # Routed here too, so that the router migrates alkstore's tables on the shard.
+    ALKSTORE.update(DATABASE="queues", QUEUES={"sharded": {"database": "shard"}})
 if "direct" in DATABASES:
     ALKSTORE["LISTEN_DATABASE"] = "direct"
 LOGGING = {

@@ -7,6 +7,7 @@ the dead letters' admin, where operators first came to look; the index's
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from django.contrib import admin
@@ -15,17 +16,33 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpR
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
-from .. import operations
 from ..conf import app_settings
 from ..display import format_age, throughput_chart
 from ..models import DeadJob, Job, QueueOverview
-from ..throughput import recent_throughput
+from ..overview import every_queue_limit_state, every_queue_overview
+from ..throughput import ThroughputMinute, recent_throughput
 from .base import AlkstoreModelAdmin
 from .base import has_perm as _has_perm
 from .queue_controls import can_pause_queues, overview_url, refresh_seconds
 
 CHART_MINUTES = 60
 REFRESH_CHOICES_S = (5, 15, 60)
+
+
+def every_throughput(aliases: list[str]) -> list[ThroughputMinute]:
+    """Return the last hour's minutes summed over ``aliases`` (each read on its own clock)."""
+    per_alias = [recent_throughput(alias, CHART_MINUTES) for alias in aliases]
+    if len(per_alias) == 1:
+        return per_alias[0]
+    return [
+        replace(
+            minutes[0],
+            acked=sum(m.acked for m in minutes),
+            retried=sum(m.retried for m in minutes),
+            dead=sum(m.dead for m in minutes),
+        )
+        for minutes in zip(*per_alias, strict=True)
+    ]
 
 
 def can_view_overview(request: HttpRequest) -> bool:
@@ -52,17 +69,19 @@ class OverviewViews(AlkstoreModelAdmin):
             refresh_s = refresh_seconds(request.GET.get("refresh"))
         except ValueError as exc:
             return HttpResponseBadRequest(str(exc), content_type="text/plain; charset=utf-8")
-        using = app_settings.database
-        stats = operations.queue_overview(using=using)
-        limits = operations.queue_limit_states(using=using)
+        stats = every_queue_overview()
+        limits = every_queue_limit_state()
         rows = [(s, format_age(s.oldest_pending_age_s), limits.get(s.queue)) for s in stats]
+        aliases = app_settings.aliases
         context = {
             **self.admin_site.each_context(request),
             "title": "Queue overview",
             "opts": self.opts,
             "app_label": self.opts.app_label,
             "rows": rows,
-            "chart": throughput_chart(recent_throughput(using, CHART_MINUTES)),
+            "chart": throughput_chart(every_throughput(aliases)),
+            # A column naming each queue's database, once there is more than one.
+            "databases": len(aliases) > 1,
             "chart_minutes": CHART_MINUTES,
             "refresh_s": refresh_s,
             "refresh_choices_s": REFRESH_CHOICES_S,

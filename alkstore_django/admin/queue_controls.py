@@ -78,7 +78,7 @@ class QueueControlViews(AlkstoreModelAdmin):
                 f"Invalid action {action!r}: expected pause or resume.",
                 content_type="text/plain; charset=utf-8",
             )
-        using = app_settings.database
+        using = app_settings.queue_alias(queue)
         try:
             changed = operations.set_queue_paused(queue, CONTROL_ACTIONS[action], using=using)
         except AlkstoreError as exc:

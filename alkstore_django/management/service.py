@@ -31,13 +31,14 @@ VERBOSE_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(threadName)s %(messag
 logger = logging.getLogger(__name__)
 
 
-def start_service(verbosity: int, using: str) -> threading.Event:
+def start_service(verbosity: int, *aliases: str) -> threading.Event:
     """Prepare a long-running command; return the event that SIGTERM/SIGINT sets.
 
-    Raises ``CommandError`` when ``using`` lacks alkstore's migrations.
+    Raises ``CommandError`` when one of ``aliases`` lacks alkstore's migrations.
     """
     configure_logging(verbosity)
-    require_migrated(using)
+    for using in aliases:
+        require_migrated(using)
     stop = threading.Event()
     install_stop_signals(stop)
     return stop

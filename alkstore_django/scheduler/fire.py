@@ -9,6 +9,7 @@ a boundary twice.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -117,17 +118,28 @@ def _fire(store: Store, row: Schedule, now: datetime) -> int:
     next_run_at = spec.next_after(now)
     stamps = _stamps(row)
     rows = Schedule.objects.using(store.using).filter(pk=row.pk)
+    target = store.of_queue(row.queue)
+    here = target.using == store.using
     try:
         payload = app_settings.payload_codec.decode(row.payload)
-        ids = Queue(store, row.queue, stamps).enqueue_many([payload] * len(due))
+        queue = Queue(target, row.queue, stamps)
+        if here:
+            ids = queue.enqueue_many([payload] * len(due))
+        else:
+            ids = _fire_elsewhere(queue, row, payload, due)
     except (AlkstoreError, TypeError, ValueError) as exc:
         _hold(row, rows, first, now, describe(exc))
         return 0
     # One INSERT each (at most 64), not bulk_create: Django 5.2 wraps that in
     # atomic(), which on SQLite issues a BEGIN inside the tick's BEGIN IMMEDIATE.
-    fires = ScheduleFire.objects.using(store.using)
+    fires = ScheduleFire.objects.using(target.using)
     for job_id, boundary in zip(ids, due, strict=True):
-        fires.create(job_id=job_id, schedule=row.name, boundary=boundary)
+        if here:
+            fires.create(job_id=job_id, schedule=row.name, boundary=boundary)
+        else:
+            fires.get_or_create(
+                job_id=job_id, defaults={"schedule": row.name, "boundary": boundary}
+            )
     rows.update(
         next_run_at=next_run_at,
         refused_from=None,
@@ -143,6 +155,28 @@ def _fire(store: Store, row: Schedule, now: datetime) -> int:
         next_run_at.isoformat(),
     )
     return len(due)
+
+
+def fire_key(schedule: str, boundary: datetime) -> str:
+    """Return the unique key of ``schedule``'s job for ``boundary`` (fixed length, any name)."""
+    digest = hashlib.sha256(f"{schedule}\0{boundary.isoformat()}".encode()).hexdigest()
+    return f"alkstore.fire:{digest[:40]}"
+
+
+def _fire_elsewhere(queue: Queue, row: Schedule, payload: object, due: list[datetime]) -> list[int]:
+    """Enqueue ``due`` on a queue routed to another database; return the jobs' ids.
+
+    No transaction spans two databases, so the jobs commit before the tick
+    does. Each boundary's job carries a unique key held ``FIRE_KEEP_DAYS``:
+    a tick that rolls back after this (a lost lease, a crash) fires the
+    boundary again on its next round and gets back the job already written,
+    never a second one. Its fire is recorded on the queue's database, where
+    ``fired_for`` on that database's store reads it.
+    """
+    keys = [fire_key(row.name, boundary) for boundary in due]
+    return queue.enqueue_many(
+        [payload] * len(due), unique_keys=keys, unique_for_s=FIRE_KEEP_DAYS * 86_400.0
+    )
 
 
 def _stamps(row: Schedule) -> QueueOptions:

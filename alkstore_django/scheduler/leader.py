@@ -22,7 +22,6 @@ from django.db import (
     connections,
 )
 
-from ..conf import app_settings
 from ..error_text import describe, loggable
 from ..errors import LeadershipLost
 from ..locks import LockHandle, acquire, default_owner, validate_owner
@@ -87,7 +86,7 @@ def _open_wakeups(store: Store) -> Watcher | None:
     """
     if not store.dialect.supports_listen_notify:
         return None
-    return open_watcher(store, [channel_for(SCHEDULES_CHANNEL)], app_settings.listen_database)
+    return open_watcher(store, [channel_for(SCHEDULES_CHANNEL)])
 
 
 def _sleep(store: Store, stop: threading.Event, held: LockHandle, watcher: Watcher | None) -> None:

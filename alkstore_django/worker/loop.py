@@ -122,7 +122,9 @@ class Worker:
             raise InvalidArgument(f"Invalid pool {pool!r}: expected one of {', '.join(POOLS)}.")
         self.store = store or get_store()
         self.handlers = handlers or registry
-        self.queue_names = list(queues) if queues else self.handlers.queues()
+        # By default every registered queue whose jobs live on this worker's alias
+        # (``runworker`` runs a Worker per alias: ``crew.py``).
+        self.queue_names = list(queues) if queues else self._own_queues()
         self.concurrency = max(1, concurrency)
         prefetch = ASYNCIO_PREFETCH if pool == "asyncio" else DEFAULT_PREFETCH
         self.capacity = max(self.concurrency, batch or self.concurrency * prefetch)
@@ -170,8 +172,16 @@ class Worker:
 
     # --- set-up -----------------------------------------------------------------
 
+    def _own_queues(self) -> list[str]:
+        using = self.store.using
+        return [n for n in self.handlers.queues() if self.store.of_queue(n).using == using]
+
     def build_queues(self) -> list[Queue]:
-        """Return a Queue for each name this worker runs; refuse a name without a handler."""
+        """Return a Queue for each name this worker runs; refuse a name without a handler.
+
+        A queue routed to another alias is refused too: its claims, fences and
+        settles belong to that alias's loop.
+        """
         built = []
         for name in self.queue_names:
             if self.handlers.get(name) is None:
@@ -179,7 +189,14 @@ class Worker:
                     f"No handler registered for queue {name!r}: expected one of "
                     f"{', '.join(map(repr, self.handlers.queues())) or 'none (add a jobs.py)'}."
                 )
-            built.append(self.store.handler_queue(name))
+            queue = self.store.handler_queue(name)
+            if queue.store.using != self.store.using:
+                raise InvalidArgument(
+                    f"Queue {name!r} lives on database {queue.store.using!r}, not on this "
+                    f"worker's {self.store.using!r}: give the Worker that store "
+                    "(runworker runs one per database)."
+                )
+            built.append(queue)
         return built
 
     # --- the loop -----------------------------------------------------------------

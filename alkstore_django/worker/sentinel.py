@@ -35,6 +35,7 @@ import os
 import select
 import signal
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connections
@@ -67,12 +68,14 @@ STALL_FLOOR_S = 1.0
 SENTINEL_EXIT_S = 30.0
 
 
-def start_sentinel(worker: Worker) -> int | None:
-    """Fork the sentinel of ``worker``, which must not have started; return its pid.
+def start_sentinel(workers: Sequence[Worker]) -> int | None:
+    """Fork the sentinel of ``workers``, none of which has started; return its pid.
 
+    One sentinel for the process: a ``runworker`` serving queues on several
+    aliases runs a Worker per alias (``crew.py``), and settles them all.
     Returns None where processes cannot be forked (the claims then lapse as
-    they always did). Call it before ``worker.run()``: the fork must happen
-    before any thread or database connection exists. Once ``run()`` has
+    they always did). Call it before ``run()``: the fork must happen before
+    any thread or database connection exists. Once every ``run()`` has
     returned, ``finish_sentinel`` lets it settle and waits for it.
     """
     if not hasattr(os, "fork"):
@@ -81,7 +84,7 @@ def start_sentinel(worker: Worker) -> int | None:
     parent = os.getpid()
     pid = os.fork()
     if pid:
-        logger.info("sentinel started pid=%d worker_id=%s", pid, worker.worker_id)
+        logger.info("sentinel started pid=%d worker_id=%s", pid, workers[0].worker_id)
         return pid
     # The child. A Ctrl-C in the terminal, a SIGTERM to the process group or a
     # hang-up are meant for the worker: the sentinel ends by itself once the
@@ -91,22 +94,24 @@ def start_sentinel(worker: Worker) -> int | None:
     try:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)
-        stalled_s = _watch(worker, parent)
-        if stalled_s is None:
-            settle_held(worker)
-        else:
-            settle_held(worker, STALLED.format(worker_id=worker.worker_id, stalled_s=stalled_s))
-        presence.leave(worker.store.using, worker.worker_id)
+        stalled = _watch(workers, parent)
+        for worker in workers:
+            if stalled is not None and stalled[0] is worker:
+                error = STALLED.format(worker_id=worker.worker_id, stalled_s=stalled[1])
+                settle_held(worker, error)
+            else:
+                settle_held(worker)
+            presence.leave(worker.store.using, worker.worker_id)
     except BaseException:
-        logger.exception("sentinel of worker %s failed", worker.worker_id)
+        logger.exception("sentinel of worker %s failed", workers[0].worker_id)
         code = 1
     finally:
         logging.shutdown()
         os._exit(code)
 
 
-def finish_sentinel(worker: Worker, pid: int | None) -> None:
-    """Tell the sentinel ``pid`` that ``worker`` has stopped; return once it has exited.
+def finish_sentinel(workers: Sequence[Worker], pid: int | None) -> None:
+    """Tell the sentinel ``pid`` that ``workers`` have stopped; return once it has exited.
 
     The sentinel settles what the worker could not and leaves; a supervisor
     that signals the process group once the command has exited must not catch
@@ -114,7 +119,8 @@ def finish_sentinel(worker: Worker, pid: int | None) -> None:
     """
     if pid is None:
         return
-    worker.pulse.finish()
+    for worker in workers:
+        worker.pulse.finish()
     deadline = time.monotonic() + SENTINEL_EXIT_S
     while time.monotonic() < deadline:
         with contextlib.suppress(ChildProcessError):
@@ -125,37 +131,39 @@ def finish_sentinel(worker: Worker, pid: int | None) -> None:
     logger.warning("sentinel pid=%d still settling after %g s; exiting", pid, SENTINEL_EXIT_S)
 
 
-def _watch(worker: Worker, parent: int) -> float | None:
+def _watch(workers: Sequence[Worker], parent: int) -> tuple[Worker, float] | None:
     """Return once the worker process has exited or finished (None), or was killed as stuck.
 
     A worker whose loop stops beating (``Pulse``) for longer than a third of
     the shortest visibility timeout it holds (at least ``STALL_FLOOR_S``) is
     SIGKILLed before its claims lapse: a handler holding the GIL stops its
-    heartbeats, its time limits and its SIGTERM handler. Returns how long it
-    stood still.
+    heartbeats, its time limits and its SIGTERM handler. Returns the stuck
+    worker and how long it stood still.
     """
     pidfd = None
     with contextlib.suppress(AttributeError, OSError):
         pidfd = os.pidfd_open(parent)
-    watchdog = Watchdog(worker)
+    watchdogs = [Watchdog(worker) for worker in workers]
     try:
         while not _exited(parent, pidfd, WATCH_S):
-            rounds, finished = worker.pulse.read()
-            if finished:
+            pulses = [worker.pulse.read() for worker in workers]
+            if all(finished for _, finished in pulses):
                 return None
-            stalled_s = watchdog.stalled_s(rounds)
-            if stalled_s is not None:
+            for watchdog, (rounds, finished) in zip(watchdogs, pulses, strict=True):
+                stalled_s = None if finished else watchdog.stalled_s(rounds)
+                if stalled_s is None:
+                    continue
                 logger.error(
                     "worker %s made no progress for %.1f s while holding jobs (a handler "
                     "holding the GIL?): its sentinel kills it and settles its jobs",
-                    worker.worker_id,
+                    watchdog.worker.worker_id,
                     stalled_s,
                 )
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(parent, signal.SIGKILL)
                 while not _exited(parent, pidfd, None):
                     pass
-                return stalled_s
+                return watchdog.worker, stalled_s
         return None
     finally:
         if pidfd is not None:

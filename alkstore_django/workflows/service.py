@@ -38,7 +38,15 @@ def enqueue_workflow(store: Store, workflow: Workflow) -> int:
     for name in order:
         step = workflow.steps[name]
         # The step's job is an ordinary job of its queue: its options are checked as enqueue's.
-        store.queue(step.queue).check_options(step.options)
+        queue = store.queue(step.queue)
+        if queue.store.using != store.using:
+            # Steps move each other in the workflow's transactions: one database.
+            raise InvalidWorkflow(
+                f"Invalid step {name!r}: its queue {step.queue!r} lives on database "
+                f"{queue.store.using!r}, the workflow on {store.using!r}: a workflow's "
+                "steps run on queues of its database."
+            )
+        queue.check_options(step.options)
         encoded[name] = encode_payload(step.payload, limit, to_json)
     dependants = workflow.dependants()
     using = store.using

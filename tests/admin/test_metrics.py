@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from alkstore_django import operations, presence, store
+from alkstore_django import overview, presence, store
 from alkstore_django.testing import run_ready_jobs
 from tests.helpers import wait_for
 
@@ -38,11 +38,11 @@ def test_view__serves_queue_worker_and_schedule_figures_matching_the_overview(ad
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")
     got = samples(response.content.decode())
-    overview = {s.queue: s for s in operations.queue_overview()}
+    counts = {s.queue: s for s in overview.queue_overview()}
     for state in ("pending", "scheduled", "processing", "overdue", "dead"):
         for queue in ("m.q", "t.raise"):
             key = ("alkstore_queue_jobs", (("queue", queue), ("state", state)))
-            assert got[key] == getattr(overview[queue], state)
+            assert got[key] == getattr(counts[queue], state)
     assert got[("alkstore_queue_jobs", (("queue", "m.q"), ("state", "pending")))] == 3
     assert got[("alkstore_queue_jobs", (("queue", "t.raise"), ("state", "dead")))] == 1
     assert got[("alkstore_queue_consumers", (("queue", "m.q"),))] == 1

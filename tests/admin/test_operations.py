@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from alkstore_django import operations, store
+from alkstore_django import operations, overview, store
 from alkstore_django.errors import InvalidArgument
 from alkstore_django.models import DeadJob, Job, OutcomeMinute
 from alkstore_django.throughput import prune_throughput, recent_throughput, record_throughput
@@ -102,7 +102,7 @@ def test_queue_overview__counts_every_queue_in_grouped_queries(django_assert_max
     DeadJobFactory.create_batch(3, queue="o.c")
     # The clock, three grouped counts, the live workers, recent time-outs and the paused queues.
     with django_assert_max_num_queries(7):
-        stats = {s.queue: s for s in operations.queue_overview()}
+        stats = {s.queue: s for s in overview.queue_overview()}
     assert (stats["o.a"].pending, stats["o.a"].dead) == (2, 0)
     assert stats["o.a"].oldest_pending_age_s is not None
     assert (stats["o.b"].pending, stats["o.b"].scheduled) == (0, 1)

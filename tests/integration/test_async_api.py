@@ -33,7 +33,7 @@ from alkstore_django.errors import (
 from alkstore_django.models import Workflow as WorkflowRow
 from alkstore_django.signals import job_enqueued
 from alkstore_django.testing import run_ready_jobs
-from tests.helpers import live_count, servers_only
+from tests.helpers import ALKSTORE_DB, live_count, servers_only, site_database
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -194,11 +194,11 @@ def test_workflow_twins__refuse_what_the_sync_calls_refuse_and_write_nothing():
 
 
 def test_async_twins__of_a_closed_store_raise_store_closed():
-    closed = Store("default")
+    closed = Store(ALKSTORE_DB)
     closed.close()
     with pytest.raises(StoreClosed):
         async_to_sync(closed.aget_job)(1)
-    queue = Store("default").queue("a.closed")
+    queue = Store(ALKSTORE_DB).queue("a.closed")
     queue.store.close()
     with pytest.raises(StoreClosed):
         async_to_sync(queue.aenqueue)({})
@@ -211,7 +211,7 @@ def test_async_twins__of_a_closed_store_raise_store_closed():
 def test_atomic_in_a_coroutine__is_refused_by_django():
     # Why the docs send async code to a sync function for a transaction.
     async def view_code() -> None:
-        with transaction.atomic():
+        with transaction.atomic(using=ALKSTORE_DB):
             pass
 
     with pytest.raises(SynchronousOnlyOperation):
@@ -220,7 +220,7 @@ def test_atomic_in_a_coroutine__is_refused_by_django():
 
 def place_order(reference: str, *, refuse: bool = False) -> int:
     """The documented pattern: one sync function, its writes and the enqueue in one atomic block."""
-    with transaction.atomic():
+    with transaction.atomic(using=ALKSTORE_DB):
         order = Order.objects.create(reference=reference)
         job_id = store.queue("a.orders").enqueue({"order": order.pk})
         if refuse:
@@ -237,6 +237,7 @@ def test_a_sync_function_in_atomic_through_sync_to_async__commits_the_job_with_i
     assert store.get_job(job_id).payload == {"order": order.pk}
 
 
+@site_database("the job rolls back with a site row")
 def test_a_sync_function_in_atomic_through_sync_to_async__that_raises_writes_nothing():
     async def view_code() -> None:
         await sync_to_async(place_order)("dropped", refuse=True)
@@ -253,7 +254,7 @@ def test_aenqueue_awaited_below_async_to_sync__joins_the_callers_atomic_block():
     async def notify_customer(order_pk: int) -> int:
         return await store.queue("a.orders").aenqueue({"order": order_pk})
 
-    with pytest.raises(Refused), transaction.atomic():
+    with pytest.raises(Refused), transaction.atomic(using=ALKSTORE_DB):
         order = Order.objects.create(reference="rolled back")
         job_id = async_to_sync(notify_customer)(order.pk)
         assert store.get_job(job_id) is not None  # visible inside the transaction
@@ -261,7 +262,7 @@ def test_aenqueue_awaited_below_async_to_sync__joins_the_callers_atomic_block():
     assert store.get_job(job_id) is None
     assert live_count() == 0
 
-    with transaction.atomic():
+    with transaction.atomic(using=ALKSTORE_DB):
         order = Order.objects.create(reference="committed")
         job_id = async_to_sync(notify_customer)(order.pk)
     assert store.get_job(job_id).payload == {"order": order.pk}
@@ -314,7 +315,7 @@ def test_aenqueue__runs_on_the_callers_thread_below_async_to_sync_and_elsewhere_
 @servers_only("SQLite's one writer: the test's atomic block holds the lock the other waits on")
 def test_aenqueue_under_asyncio_run__does_not_join_the_callers_atomic_block():
     # asgiref's shared thread is another connection: its enqueue commits on its own.
-    with pytest.raises(Refused), transaction.atomic():
+    with pytest.raises(Refused), transaction.atomic(using=ALKSTORE_DB):
         job_id = asyncio.run(enqueue_and_close())
         raise Refused
     assert store.get_job(job_id) is not None
@@ -350,6 +351,7 @@ def test_an_async_view__enqueues_with_aenqueue_and_reads_the_job_back():
     assert store.get_job(body["id"]).payload == {"ref": "r-1"}
 
 
+@site_database("the job commits with a site row")
 @pytest.mark.urls(__name__)
 def test_an_async_view__enqueues_atomically_with_its_writes_through_sync_to_async():
     client = AsyncClient()

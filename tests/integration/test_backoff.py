@@ -22,7 +22,7 @@ from alkstore_django.errors import InvalidArgument
 from alkstore_django.handlers import registry
 from alkstore_django.testing import run_ready_jobs
 from alkstore_django.worker import Worker
-from tests.helpers import db_now, make_due
+from tests.helpers import ROUTING, db_now, make_due
 from tests.testapp import backoff_jobs
 from tests.testapp.backoff_jobs import (
     GIVEN_TEXT_S,
@@ -41,7 +41,7 @@ SLACK_S = 5.0
 
 
 def option(queue: str, path: str) -> override_settings:
-    return override_settings(ALKSTORE={"QUEUES": {queue: {"backoff": path}}})
+    return override_settings(ALKSTORE={**ROUTING, "QUEUES": {queue: {"backoff": path}}})
 
 
 def enqueue(queue: str, payload: object = None, **opts) -> int:

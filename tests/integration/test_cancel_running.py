@@ -18,7 +18,15 @@ from alkstore_django import store
 from alkstore_django.errors import InvalidArgument
 from alkstore_django.history import attempts_of
 from alkstore_django.models import DeadJob, Job, UniqueWindow
-from tests.helpers import VENDOR, database_url, lapse_claim, running_worker, wait_for
+from tests.helpers import (
+    ALKSTORE_DB,
+    ROUTING,
+    VENDOR,
+    database_url,
+    lapse_claim,
+    running_worker,
+    wait_for,
+)
 from tests.testapp.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,6 +41,7 @@ BOUND_S = 1.0 if VENDOR == "postgresql" else POLL_S + 1.0
 @pytest.fixture(autouse=True)
 def _short_poll_and_grace(settings):
     settings.ALKSTORE = {
+        **ROUTING,
         "POLL_INTERVAL_S": POLL_S,
         "QUEUES": {q: {"cancel_grace_s": GRACE_S} for q in ("c.heed", "c.ignore", "c.sleep")},
     }
@@ -60,7 +69,7 @@ def assert_cancelled_once(job_id: int) -> None:
     """Ended cancelled: no live row, no dead letter, one attempt recorded as cancelled."""
     assert gone(job_id)
     assert not DeadJob.objects.filter(id=job_id).exists()
-    history = attempts_of(job_id, "default")
+    history = attempts_of(job_id, ALKSTORE_DB)
     assert [a.attempt for a in history] == [1]
     assert "cancelled" in history[0].error
     assert runs_of(job_id) == [1]
@@ -90,7 +99,7 @@ def test_cancel_job__a_polling_handler_ends_cancelled_within_the_bound(pool):
     assert took <= BOUND_S, f"{VENDOR}: cancelled {took:.3f} s after cancel_job"
     assert_cancelled_once(job_id)
     assert (worker.stats.retried, worker.stats.dead, worker.stats.acked) == (0, 0, 0)
-    assert "cancelled while it ran" in attempts_of(job_id, "default")[0].error
+    assert "cancelled while it ran" in attempts_of(job_id, ALKSTORE_DB)[0].error
 
 
 def test_cancel_job__a_handler_returning_after_the_request_ends_cancelled_and_keeps_that_result():
@@ -219,7 +228,7 @@ def test_cancel_job__a_claim_with_a_request_from_before_it_is_cancelled_without_
     assert not started(job_id)
     assert worker.stats.cancelled == 1
     assert not DeadJob.objects.filter(id=job_id).exists()
-    history = attempts_of(job_id, "default")
+    history = attempts_of(job_id, ALKSTORE_DB)
     assert len(history) == 1 and "cancelled before it started" in history[0].error
     assert store.get_result(job_id).state == "cancelled"
 

@@ -10,11 +10,11 @@ import pytest
 
 from alkstore_django import checks, store
 from alkstore_django.errors import PayloadError
-from tests.helpers import live_count
+from tests.helpers import ROUTING, live_count
 
 pytestmark = pytest.mark.django_db
 
-DJANGO_CODEC = {"PAYLOAD_CODEC": "alkstore_django.codecs.DjangoJSONCodec"}
+DJANGO_CODEC = {**ROUTING, "PAYLOAD_CODEC": "alkstore_django.codecs.DjangoJSONCodec"}
 WHEN = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 ID = uuid.UUID("12345678-1234-5678-1234-567812345678")
 
@@ -55,7 +55,7 @@ def test_django_codec__still_refuses_nan_and_nul(settings):
 
 
 def test_a_site_codec__decodes_on_every_read_path(settings):
-    settings.ALKSTORE = {"PAYLOAD_CODEC": f"{__name__}.Reviving"}
+    settings.ALKSTORE = {**ROUTING, "PAYLOAD_CODEC": f"{__name__}.Reviving"}
     job_id = store.queue("c.q").enqueue_many([{"sent_at": WHEN}])[0]
     assert store.get_job(job_id).payload == {"sent_at": WHEN}
     assert store.queue("c.q").claim_one("w").job.payload == {"sent_at": WHEN}
@@ -70,6 +70,6 @@ def test_a_site_codec__decodes_on_every_read_path(settings):
     ],
 )
 def test_a_bad_codec_setting__is_a_system_check_error(settings, value, fragment):
-    settings.ALKSTORE = {"PAYLOAD_CODEC": value}
+    settings.ALKSTORE = {**ROUTING, "PAYLOAD_CODEC": value}
     [error] = [m for m in checks.check_settings() if m.id == "alkstore.E010"]
     assert fragment in error.msg

@@ -18,6 +18,7 @@ from alkstore_django.errors import InvalidArgument
 from alkstore_django.models import Job, QueueControl
 from alkstore_django.records import UNKEYED
 from alkstore_django.worker.upkeep import adopt_unkeyed
+from tests.helpers import ROUTING
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,7 +26,9 @@ QUEUE = "t.keyed"
 
 
 def keyed(per_key: int = 2, **more: object) -> override_settings:
-    return override_settings(ALKSTORE={"QUEUES": {QUEUE: {"max_running_per_key": per_key, **more}}})
+    return override_settings(
+        ALKSTORE={**ROUTING, "QUEUES": {QUEUE: {"max_running_per_key": per_key, **more}}}
+    )
 
 
 def keys_of(handles) -> list[str | None]:
@@ -140,7 +143,7 @@ def test_a_bad_concurrency_key__is_refused_by_name_and_nothing_is_written(bad):
 
 @pytest.mark.parametrize("bad", [0, -1, "2", 1.5, True])
 def test_a_bad_max_running_per_key__is_a_named_error_and_a_system_check(bad):
-    with override_settings(ALKSTORE={"QUEUES": {QUEUE: {"max_running_per_key": bad}}}):
+    with override_settings(ALKSTORE={**ROUTING, "QUEUES": {QUEUE: {"max_running_per_key": bad}}}):
         with pytest.raises(InvalidArgument, match="max_running_per_key"):
             store.queue(QUEUE)
         found = [m for m in checks.run_checks() if m.id == "alkstore.E013"]

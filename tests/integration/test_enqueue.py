@@ -11,7 +11,7 @@ from django.test import override_settings
 from alkstore_django import store
 from alkstore_django.errors import InvalidArgument
 from alkstore_django.models import Job
-from tests.helpers import db_now, live_count
+from tests.helpers import ALKSTORE_DB, ROUTING, db_now, live_count, site_database
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db
@@ -132,7 +132,9 @@ def test_enqueue__max_attempts_and_priority_override_one_job_only():
     assert (normal.max_attempts, normal.priority) == (4, 1)
 
 
-@override_settings(ALKSTORE={"QUEUES": {"emails": {"visibility_timeout_s": 30, "max_attempts": 5}}})
+@override_settings(
+    ALKSTORE={**ROUTING, "QUEUES": {"emails": {"visibility_timeout_s": 30, "max_attempts": 5}}}
+)
 def test_queue__derives_its_defaults_from_the_queues_setting():
     emails = store.get_job(store.queue("emails").enqueue({}))
     other = store.get_job(store.queue("other").enqueue({}))
@@ -140,7 +142,7 @@ def test_queue__derives_its_defaults_from_the_queues_setting():
     assert (other.visibility_timeout_s, other.max_attempts) == (300, 3)
 
 
-@override_settings(ALKSTORE={"QUEUES": {"emails": {"visibility_timeout_s": 30}}})
+@override_settings(ALKSTORE={**ROUTING, "QUEUES": {"emails": {"visibility_timeout_s": 30}}})
 def test_queue__handle_opts_win_over_derived_defaults():
     job = store.get_job(store.queue("emails", visibility_timeout_s=90).enqueue({}))
     assert job.visibility_timeout_s == 90
@@ -148,14 +150,14 @@ def test_queue__handle_opts_win_over_derived_defaults():
 
 def test_queue__opts_are_resolved_once_at_construction():
     q = store.queue("once")
-    with override_settings(ALKSTORE={"QUEUES": {"once": {"max_attempts": 8}}}):
+    with override_settings(ALKSTORE={**ROUTING, "QUEUES": {"once": {"max_attempts": 8}}}):
         job = store.get_job(q.enqueue({}))
     assert job.max_attempts == 3
 
 
 def test_enqueue__rollback_drops_the_job():
     q = store.queue("tx")
-    with pytest.raises(RuntimeError), transaction.atomic():
+    with pytest.raises(RuntimeError), transaction.atomic(using=ALKSTORE_DB):
         job_id = q.enqueue({"n": 1})
         assert store.get_job(job_id) is not None
         raise RuntimeError("business write failed")
@@ -163,13 +165,14 @@ def test_enqueue__rollback_drops_the_job():
     assert live_count("tx") == 0
 
 
+@site_database("the job commits with a site row")
 def test_enqueue__inside_atomic_commits_or_rolls_back_with_the_business_write():
     q = store.queue("tx")
-    with pytest.raises(RuntimeError), transaction.atomic():
+    with pytest.raises(RuntimeError), transaction.atomic(using=ALKSTORE_DB):
         Order.objects.create(reference="lost")
         q.enqueue({"order": "lost"})
         raise RuntimeError("abort")
-    with transaction.atomic():
+    with transaction.atomic(using=ALKSTORE_DB):
         Order.objects.create(reference="kept")
         kept = q.enqueue({"order": "kept"})
     assert list(Order.objects.values_list("reference", flat=True)) == ["kept"]
@@ -178,9 +181,9 @@ def test_enqueue__inside_atomic_commits_or_rolls_back_with_the_business_write():
 
 def test_enqueue_many__rollback_of_a_savepoint_drops_only_its_jobs():
     q = store.queue("tx")
-    with transaction.atomic():
+    with transaction.atomic(using=ALKSTORE_DB):
         first = q.enqueue_many([1, 2])
-        with pytest.raises(RuntimeError), transaction.atomic():
+        with pytest.raises(RuntimeError), transaction.atomic(using=ALKSTORE_DB):
             q.enqueue_many([3, 4])
             raise RuntimeError("inner")
     assert sorted(Job.objects.filter(queue="tx").values_list("id", flat=True)) == first
@@ -227,7 +230,7 @@ def test_enqueue__accepts_the_extremes_of_every_range():
 
 
 def test_timeout_s__is_stored_with_the_job_from_the_call_or_the_queue(settings):
-    settings.ALKSTORE = {"QUEUES": {"limited": {"timeout_s": 30}}}
+    settings.ALKSTORE = {**ROUTING, "QUEUES": {"limited": {"timeout_s": 30}}}
     assert store.get_job(store.queue("limited").enqueue(1)).timeout_s == 30
     assert store.get_job(store.queue("limited").enqueue(1, timeout_s=2.5)).timeout_s == 2.5
     assert store.get_job(store.queue("free").enqueue(1)).timeout_s is None

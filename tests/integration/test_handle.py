@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from alkstore_django import store
-from tests.helpers import db_now, dead_count, lapse_claim, live_count, make_due
+from tests.helpers import ALKSTORE_DB, db_now, dead_count, lapse_claim, live_count, make_due
 
 pytestmark = pytest.mark.django_db
 
@@ -273,12 +273,12 @@ def test_handle__is_spent_when_its_operation_commits_not_when_it_rolls_back():
     from django.db import transaction
 
     _, handle = claimed()
-    with pytest.raises(RuntimeError), transaction.atomic():
+    with pytest.raises(RuntimeError), transaction.atomic(using=ALKSTORE_DB):
         assert handle.retry("boom", delay_s=0) is True
         raise RuntimeError("the caller's transaction rolls back")
     assert handle.spent is False
     assert store.get_job(handle.job.id).state == "processing"
-    with transaction.atomic():
+    with transaction.atomic(using=ALKSTORE_DB):
         assert handle.ack() is True
         assert handle.spent is False  # the transaction has not committed yet
     assert handle.spent is True

@@ -21,7 +21,7 @@ from alkstore_django import store
 from alkstore_django.models import Job
 from alkstore_django.notify import HALT_CHECK_S, open_watcher, watch_queues
 from alkstore_django.queues import channel_for
-from tests.helpers import mysql_only, needs
+from tests.helpers import ALKSTORE_DB, mysql_only, needs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,11 +40,11 @@ def queue_watcher():
 def test_enqueue__notifies_the_queue_channel_only_on_commit(queue_watcher):
     q = store.queue("woken")
     assert queue_watcher.receive(0) == []
-    with pytest.raises(RuntimeError), transaction.atomic():
+    with pytest.raises(RuntimeError), transaction.atomic(using=ALKSTORE_DB):
         q.enqueue({})
         raise RuntimeError("rollback")
     assert queue_watcher.receive(QUIET_S) == []
-    with transaction.atomic():
+    with transaction.atomic(using=ALKSTORE_DB):
         q.enqueue({})
         # Not yet: the notification travels with the commit.
         assert queue_watcher.receive(QUIET_S) == []
@@ -66,11 +66,11 @@ def test_enqueue__on_another_queue_does_not_notify(queue_watcher):
 def test_enqueue__wakes_the_queue_watcher_only_on_commit(queue_watcher):
     q = store.queue("woken")
     connection.ensure_connection()
-    with pytest.raises(RuntimeError), transaction.atomic():
+    with pytest.raises(RuntimeError), transaction.atomic(using=ALKSTORE_DB):
         q.enqueue({})
         raise RuntimeError("rollback")
     assert queue_watcher.wait(QUIET_S) is False
-    with transaction.atomic():
+    with transaction.atomic(using=ALKSTORE_DB):
         q.enqueue({})
         assert queue_watcher.wait(QUIET_S) is False
     assert queue_watcher.wait(WAIT_S) is True
@@ -92,7 +92,7 @@ def test_delayed_job__wakes_the_probe_once_due(queue_watcher):
 
 def test_listen__receives_a_notify_sent_on_commit():
     listener = store.listen(["odd 'chan' ✓"], WAIT_S)
-    with transaction.atomic():
+    with transaction.atomic(using=ALKSTORE_DB):
         store.notify("odd 'chan' ✓", "hello")
     note = next(listener)
     assert (note.channel, note.payload) == ("odd 'chan' ✓", "hello")
@@ -101,7 +101,7 @@ def test_listen__receives_a_notify_sent_on_commit():
 
 def test_listen__does_not_receive_a_rolled_back_notify():
     listener = store.listen(["events"], QUIET_S)
-    with pytest.raises(RuntimeError), transaction.atomic():
+    with pytest.raises(RuntimeError), transaction.atomic(using=ALKSTORE_DB):
         store.notify("events", "lost")
         raise RuntimeError("rollback")
     assert list(listener) == []

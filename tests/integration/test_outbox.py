@@ -9,7 +9,7 @@ from alkstore_django import Fail, store
 from alkstore_django.errors import InvalidArgument, InvalidName, ReservedName
 from alkstore_django.models import DeadJob, Job
 from alkstore_django.notify import open_watcher
-from tests.helpers import db_now, make_due
+from tests.helpers import ALKSTORE_DB, ROUTING, db_now, make_due
 
 pytestmark = pytest.mark.django_db
 
@@ -27,7 +27,10 @@ def test_outbox__is_backed_by_its_reserved_queue_with_fixed_stamps():
 
 
 def test_outbox__ignores_queue_settings_for_its_backing_queue(settings):
-    settings.ALKSTORE = {"QUEUES": {"webhooks": {"max_attempts": 9, "visibility_timeout_s": 5}}}
+    settings.ALKSTORE = {
+        **ROUTING,
+        "QUEUES": {"webhooks": {"max_attempts": 9, "visibility_timeout_s": 5}},
+    }
 
     job = store.get_job(store.outbox("webhooks").enqueue({}))
 
@@ -63,7 +66,7 @@ def test_run_once__refuses_a_bad_worker_id():
 def test_enqueue__rolls_back_with_the_callers_transaction():
     outbox = store.outbox("webhooks")
 
-    with pytest.raises(RuntimeError), transaction.atomic():
+    with pytest.raises(RuntimeError), transaction.atomic(using=ALKSTORE_DB):
         outbox.enqueue({"event": "order.paid"})
         raise RuntimeError("the business write failed")
 
@@ -76,7 +79,7 @@ def test_enqueue__commit_publishes_the_message_and_wakes_the_worker():
     outbox = store.outbox("webhooks")
     watcher = open_watcher(store, [outbox.queue.channel], queues=[outbox.queue.name])
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=ALKSTORE_DB):
             job_id = outbox.enqueue({"event": "order.paid"})
             assert not watcher.wait(0.3), "woken before the commit"
         assert watcher.wait(5), "not woken by the commit"

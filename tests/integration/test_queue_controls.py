@@ -8,7 +8,7 @@ import pytest
 
 from alkstore_django import store
 from alkstore_django.errors import InvalidArgument
-from tests.helpers import lapse_claim
+from tests.helpers import ROUTING, lapse_claim
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -18,7 +18,7 @@ def limited(settings):
     """Return ``limit(queue, **keys)``: set ``ALKSTORE['QUEUES'][queue]`` for this test."""
 
     def limit(queue: str, **keys: object) -> None:
-        settings.ALKSTORE = {**settings.ALKSTORE, "QUEUES": {queue: keys}}
+        settings.ALKSTORE = {**ROUTING, **settings.ALKSTORE, "QUEUES": {queue: keys}}
 
     return limit
 

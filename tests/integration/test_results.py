@@ -13,7 +13,7 @@ from alkstore_django.errors import InvalidArgument
 from alkstore_django.models import Job, JobResult
 from alkstore_django.testing import run_ready_jobs
 from alkstore_django.worker import Worker
-from tests.helpers import db_now, expire_job, expire_result, make_due, runworker
+from tests.helpers import ROUTING, db_now, expire_job, expire_result, make_due, runworker
 from tests.testapp.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -117,7 +117,7 @@ def test_the_queue_option__keeps_every_job_of_the_handle():
     assert store.get_result(plain) is None
 
 
-@override_settings(ALKSTORE={"QUEUES": {"t.record": {"keep_result_s": 120}}})
+@override_settings(ALKSTORE={**ROUTING, "QUEUES": {"t.record": {"keep_result_s": 120}}})
 def test_the_queue_option_in_settings__keeps_results_and_a_call_overrides_it():
     kept = store.queue("t.record").enqueue({})
     shorter = store.queue("t.record").enqueue({}, keep_result_s=5)

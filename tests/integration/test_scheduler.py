@@ -22,7 +22,15 @@ from alkstore_django.errors import (
 )
 from alkstore_django.models import Job, Lock, Schedule
 from alkstore_django.scheduler import LEADER_LOCK, tick
-from tests.helpers import boundaries_ago, db_now, leader_lock, schedules_runner, wait_for
+from tests.helpers import (
+    ALKSTORE_DB,
+    ROUTING,
+    boundaries_ago,
+    db_now,
+    leader_lock,
+    schedules_runner,
+    wait_for,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -85,7 +93,10 @@ def test_schedule__first_fire_is_the_first_epoch_boundary_after_registration():
 
 
 @override_settings(
-    ALKSTORE={"QUEUES": {"reports": {"visibility_timeout_s": 30, "priority": 2, "max_attempts": 7}}}
+    ALKSTORE={
+        **ROUTING,
+        "QUEUES": {"reports": {"visibility_timeout_s": 30, "priority": 2, "max_attempts": 7}},
+    }
 )
 def test_schedule__resolves_its_stamps_over_the_target_queue_defaults():
     record = store.schedule("report", "@every 1m", "reports", max_attempts=9, expires_s=600)
@@ -138,7 +149,9 @@ def test_unschedule__deletes_and_says_whether_there_was_one():
 # --- the tick --------------------------------------------------------------------
 
 
-@override_settings(ALKSTORE={"QUEUES": {"reports": {"visibility_timeout_s": 30, "priority": 2}}})
+@override_settings(
+    ALKSTORE={**ROUTING, "QUEUES": {"reports": {"visibility_timeout_s": 30, "priority": 2}}}
+)
 def test_tick__fires_one_job_per_elapsed_boundary_with_the_schedule_stamps():
     store.schedule("report", "@every 10s", "reports", {"kind": "x"}, max_attempts=9, expires_s=60)
     boundaries_ago("report", 3)
@@ -188,7 +201,7 @@ def test_tick__jobs_join_the_callers_transaction():
     store.schedule("report", "@every 10s", "reports")
     boundaries_ago("report", 1)
 
-    with pytest.raises(RuntimeError), transaction.atomic():
+    with pytest.raises(RuntimeError), transaction.atomic(using=ALKSTORE_DB):
         assert tick(store) == 1
         raise RuntimeError("roll back")
 
@@ -290,7 +303,7 @@ def test_run_schedules__raises_leadership_lost_before_firing_again():
 
 @pytest.mark.django_db(transaction=True)
 @override_settings(
-    ALKSTORE={"SCHEDULES": {"nightly-report": {"spec": "@every 1d", "queue": "reports",
+    ALKSTORE={**ROUTING, "SCHEDULES": {"nightly-report": {"spec": "@every 1d", "queue": "reports",
                                                "payload": {"report": "nightly"}}}}
 )  # fmt: skip
 def test_run_schedules__registers_declared_schedules_and_releases_on_stop():

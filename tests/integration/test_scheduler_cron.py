@@ -13,7 +13,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 from django.test import override_settings
 
 from alkstore_django import operations, store
@@ -31,7 +31,9 @@ from alkstore_django.scheduler import (
 )
 from alkstore_django.specs import boundaries, parse_spec
 from tests.helpers import (
+    ROUTING,
     VENDOR,
+    alkstore_connection,
     boundaries_ago,
     db_now,
     leader_lock,
@@ -194,7 +196,7 @@ def test_refused_fire__keeps_its_boundaries_due_and_says_why_on_the_schedule():
     first = boundaries_ago("big", 2)
     boundaries_ago("small", 1)
 
-    with override_settings(ALKSTORE={"MAX_PAYLOAD_BYTES": 100}):
+    with override_settings(ALKSTORE={**ROUTING, "MAX_PAYLOAD_BYTES": 100}):
         assert tick(store) == 1  # the other schedule is not blocked
 
     row = Schedule.objects.get(name="big")
@@ -217,7 +219,7 @@ def test_refused_fire__keeps_its_boundaries_due_and_says_why_on_the_schedule():
 def test_refused_fire__a_skip_schedule_keeps_its_held_boundary():
     store.schedule("big", "@every 10s", "reports", {"blob": "x" * 400}, misfire="skip")
     first = boundaries_ago("big", 1)
-    with override_settings(ALKSTORE={"MAX_PAYLOAD_BYTES": 100}):
+    with override_settings(ALKSTORE={**ROUTING, "MAX_PAYLOAD_BYTES": 100}):
         assert tick(store) == 0
     # Long after the grace, the refusal is still owed.
     Schedule.objects.filter(name="big").update(
@@ -245,7 +247,7 @@ def test_refused_fire__resume_after_pause_drops_the_refusal():
 def test_schedule__the_payload_is_encoded_with_the_payload_codec():
     with pytest.raises(PayloadError):
         store.schedule("report", "@cron @daily", "reports", {"when": db_now()})
-    codec = {"PAYLOAD_CODEC": "alkstore_django.codecs.DjangoJSONCodec"}
+    codec = {**ROUTING, "PAYLOAD_CODEC": "alkstore_django.codecs.DjangoJSONCodec"}
     with override_settings(ALKSTORE=codec):
         when = db_now()
         record = store.schedule("report", "@cron @daily", "reports", {"when": when})
@@ -260,7 +262,7 @@ def test_schedule__the_payload_is_encoded_with_the_payload_codec():
 
 def _drop_other_connections() -> int:
     """Kill every other session on the test database (the runner's), from the server side."""
-    with connection.cursor() as cursor:
+    with alkstore_connection().cursor() as cursor:
         if VENDOR == "postgresql":
             cursor.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
@@ -307,7 +309,7 @@ RENEW_WAIT_S = 4.5  # two renewal intervals and a reconnect
 
 
 @override_settings(
-    ALKSTORE={"SCHEDULES": {"report": {"spec": "@cron 0 9 * * *", "queue": "reports",
+    ALKSTORE={**ROUTING, "SCHEDULES": {"report": {"spec": "@cron 0 9 * * *", "queue": "reports",
                                        "zone": "Europe/Paris", "misfire": "latest"}}}
 )  # fmt: skip
 def test_register_declared__marks_settings_schedules_and_logs_an_overwritten_edit(caplog):
@@ -343,7 +345,7 @@ def test_schedule__a_valid_cron_longer_than_its_column_is_refused_and_nothing_wr
 
 
 def test_check__a_declared_cron_longer_than_its_column_is_an_error():
-    declared = {"SCHEDULES": {"long": {"spec": LONG_CRON, "queue": "reports"}}}
+    declared = {**ROUTING, "SCHEDULES": {"long": {"spec": LONG_CRON, "queue": "reports"}}}
     with override_settings(ALKSTORE=declared):
         errors = [e.msg for e in check_settings() if e.id == "alkstore.E007"]
 

@@ -6,14 +6,21 @@ import logging
 import time
 
 import pytest
-from django.db import OperationalError, connection
+from django.db import OperationalError
 
 from alkstore_django import store
 from alkstore_django.locks import acquire
 from alkstore_django.models import Job
 from alkstore_django.scheduler import LEADER_LOCK, serve
 from alkstore_django.scheduler import leader as scheduler
-from tests.helpers import LoopThread, leader_lock, postgres_only, unpooled, wait_for
+from tests.helpers import (
+    LoopThread,
+    alkstore_connection,
+    leader_lock,
+    postgres_only,
+    unpooled,
+    wait_for,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -78,7 +85,7 @@ def test_serve__survives_its_connection_being_terminated(caplog):
     serving = Serving("runner")
     assert wait_for(lambda: Job.objects.filter(queue="beats").exists(), 5)
 
-    with connection.cursor() as cursor:
+    with alkstore_connection().cursor() as cursor:
         cursor.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"

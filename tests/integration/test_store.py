@@ -10,26 +10,26 @@ from django.test import override_settings
 
 from alkstore_django import Store, store
 from alkstore_django.errors import StoreClosed
-from tests.helpers import dead_count, live_count
+from tests.helpers import ALKSTORE_DB, ROUTING, dead_count, live_count
 
 pytestmark = pytest.mark.django_db
 
 
 def test_store__using_an_alias_reads_and_writes_that_database():
-    mine = Store(using="default")
+    mine = Store(using=ALKSTORE_DB)
     job_id = mine.queue("aliased").enqueue({"a": 1})
-    assert mine.using == "default"
+    assert mine.using == ALKSTORE_DB
     assert store.get_job(job_id).payload == {"a": 1}
     assert mine.queue("aliased").claim_one("w").job.id == job_id
 
 
-@override_settings(ALKSTORE={"DATABASE": "default"})
+@override_settings(ALKSTORE={**ROUTING, "DATABASE": "default"})
 def test_store__default_proxy_follows_the_database_setting():
     assert store.using == "default"
 
 
 def test_store__close_refuses_every_later_operation():
-    closing = Store(using="default")
+    closing = Store(using=ALKSTORE_DB)
     q = closing.queue("closing")
     q.enqueue_many([1, 2, 3])
     handles = q.claim_batch("w", 3)
@@ -62,19 +62,18 @@ def test_store__close_refuses_every_later_operation():
 
 
 def test_store__close_leaves_the_shared_default_store_open():
-    Store(using="default").close()
+    Store(using=ALKSTORE_DB).close()
     assert store.queue("still").enqueue({}) > 0
 
 
 def messages(**alkstore):
-    with override_settings(ALKSTORE=alkstore):
+    with override_settings(ALKSTORE={**ROUTING, **alkstore}):
         return [m for m in checks.run_checks() if m.id and m.id.startswith("alkstore.")]
 
 
 def test_checks__pass_for_a_good_configuration():
     assert (
         messages(
-            DATABASE="default",
             QUEUES={"emails": {"visibility_timeout_s": 30, "max_attempts": 5}},
             POLL_INTERVAL_S=2.5,
             MAX_PAYLOAD_BYTES=1024,
@@ -123,7 +122,7 @@ def test_checks__accept_good_limits():
 
 def test_check_command__fails_naming_the_bad_key():
     with (
-        override_settings(ALKSTORE={"MAX_PAYLOAD_BYTES": -1}),
+        override_settings(ALKSTORE={**ROUTING, "MAX_PAYLOAD_BYTES": -1}),
         pytest.raises(SystemCheckError, match="MAX_PAYLOAD_BYTES"),
     ):
         call_command("check")

@@ -12,7 +12,7 @@ from alkstore_django import store
 from alkstore_django.errors import DuplicateJob, InvalidArgument
 from alkstore_django.models import DeadJob, Job, UniqueWindow
 from alkstore_django.operations import requeue_dead
-from tests.helpers import db_now, expire_job, live_count
+from tests.helpers import ALKSTORE_DB, db_now, expire_job, live_count
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,7 +85,7 @@ def test_the_key_frees_on_expiry_and_on_cancel():
 
 def test_the_key_frees_when_the_enqueuing_transaction_rolls_back():
     q = store.queue("u")
-    with pytest.raises(RuntimeError), transaction.atomic():
+    with pytest.raises(RuntimeError), transaction.atomic(using=ALKSTORE_DB):
         q.enqueue({}, unique_key="k", unique_for_s=3600)
         raise RuntimeError("rolled back")
     assert live_count("u") == 0
@@ -97,7 +97,7 @@ def test_the_key_frees_when_the_enqueuing_transaction_rolls_back():
 def test_on_duplicate_raise_inside_a_transaction__leaves_the_callers_writes():
     q = store.queue("u")
     q.enqueue({}, unique_key="k")
-    with transaction.atomic():
+    with transaction.atomic(using=ALKSTORE_DB):
         mine = q.enqueue({}, unique_key="mine")
         with pytest.raises(DuplicateJob):
             q.enqueue({}, unique_key="k", on_duplicate="raise")
@@ -172,7 +172,7 @@ def test_the_index_refuses_a_second_live_row_with_the_key_whatever_writes_it():
     job_id = q.enqueue({}, unique_key="k")
     row = Job.objects.get(id=job_id)
     row.pk = None
-    with pytest.raises(IntegrityError), transaction.atomic():
+    with pytest.raises(IntegrityError), transaction.atomic(using=ALKSTORE_DB):
         row.save()
 
 

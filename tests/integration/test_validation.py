@@ -16,7 +16,7 @@ from alkstore_django.errors import (
     PayloadError,
     ReservedName,
 )
-from tests.helpers import dead_count, live_count
+from tests.helpers import ROUTING, dead_count, live_count
 
 pytestmark = pytest.mark.django_db
 
@@ -131,7 +131,7 @@ def test_enqueue_many__one_bad_payload_refuses_the_whole_batch(nothing_written):
         store.queue("bad").enqueue_many([{"ok": 1}, {"ok": 2}, {"bad": math.nan}])
 
 
-@override_settings(ALKSTORE={"MAX_PAYLOAD_BYTES": 100})
+@override_settings(ALKSTORE={**ROUTING, "MAX_PAYLOAD_BYTES": 100})
 def test_enqueue__refuses_a_payload_over_the_size_limit(nothing_written):
     q = store.queue("bad")
     with pytest.raises(PayloadError) as info:
@@ -139,7 +139,7 @@ def test_enqueue__refuses_a_payload_over_the_size_limit(nothing_written):
     assert "101 bytes" in str(info.value) and "(100)" in str(info.value)
 
 
-@override_settings(ALKSTORE={"MAX_PAYLOAD_BYTES": 100})
+@override_settings(ALKSTORE={**ROUTING, "MAX_PAYLOAD_BYTES": 100})
 def test_enqueue__accepts_a_payload_of_exactly_the_size_limit():
     job_id = store.queue("edge").enqueue("x" * 98)
     assert store.get_job(job_id).payload == "x" * 98
@@ -151,7 +151,7 @@ def test_enqueue__follows_the_size_limit_into_and_out_of_override_settings():
     q = store.queue("limits")
     q.enqueue("x" * 20)
     with (
-        override_settings(ALKSTORE={"MAX_PAYLOAD_BYTES": 10}),
+        override_settings(ALKSTORE={**ROUTING, "MAX_PAYLOAD_BYTES": 10}),
         pytest.raises(PayloadError, match=r"\(10\)"),
     ):
         q.enqueue("x" * 20)
@@ -159,7 +159,7 @@ def test_enqueue__follows_the_size_limit_into_and_out_of_override_settings():
     assert live_count() == 2
 
 
-@override_settings(ALKSTORE={"MAX_PAYLOAD_BYTES": 10})
+@override_settings(ALKSTORE={**ROUTING, "MAX_PAYLOAD_BYTES": 10})
 def test_enqueue__counts_the_size_in_utf8_bytes(nothing_written):
     with pytest.raises(PayloadError, match="14 bytes"):
         store.queue("bad").enqueue("éééééé")

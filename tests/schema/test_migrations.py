@@ -9,7 +9,8 @@ import pytest
 from django.core.management import call_command
 
 
-@pytest.mark.django_db
+# The shard too: the router lets alkstore migrate there (tests/settings.py).
+@pytest.mark.django_db(databases=["default", "shard"])
 def test_makemigrations__finds_no_changes_to_write():
     out = io.StringIO()
     try:

@@ -26,6 +26,7 @@ from ...display import (
 )
 from ...errors import AlkstoreError
 from ...history import attempts_of
+from ...overview import every_queue_overview, queue_overview
 from ...records import Job, Schedule
 from ...store import Store
 from ..arguments import accept_common_options, database_alias, positive_int
@@ -122,12 +123,16 @@ class Command(RepairCommands, BaseCommand):
         result.add_argument("--json", action="store_true", help="Print JSON for machines.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        using = options["database"] or app_settings.database
+        # A subcommand about one queue acts where that queue's jobs live.
+        queue = options.get("queue")
+        using = options["database"] or (
+            app_settings.queue_alias(queue) if queue else app_settings.database
+        )
         command = options["subcommand"]
         require_migrated(using)
         try:
             if command == "stats":
-                self.stats(using, as_json=options["json"])
+                self.stats(options["database"], as_json=options["json"])
             elif command in ("pause", "resume"):
                 self.pause(using, options["queue"], paused=command == "pause")
             elif command == "dead" and options["dead_command"] == "list":
@@ -189,8 +194,9 @@ class Command(RepairCommands, BaseCommand):
 
     # --- subcommands ---------------------------------------------------------------
 
-    def stats(self, using: str, *, as_json: bool) -> None:
-        stats = operations.queue_overview(using=using)
+    def stats(self, using: str | None, *, as_json: bool) -> None:
+        """Every alias's queues, or with ``--database`` that alias's only."""
+        stats = queue_overview(using=using) if using else every_queue_overview()
         if as_json:
             self._json([asdict(s) for s in stats])
             return
@@ -203,10 +209,14 @@ class Command(RepairCommands, BaseCommand):
                 *map(str, (s.pending, s.scheduled, s.processing, s.overdue, s.dead)),
                 format_age(s.oldest_pending_age_s),
                 "paused" if s.paused else "running",
+                s.database,
             )
             for s in stats
         ]
-        self._table(STATS_COLUMNS, rows, "lrrrrrrl")
+        if len({s.database for s in stats}) > 1:
+            self._table((*STATS_COLUMNS, "database"), rows, "lrrrrrrll")
+        else:
+            self._table(STATS_COLUMNS, [row[:-1] for row in rows], "lrrrrrrl")
 
     def pause(self, using: str, queue: str, *, paused: bool) -> None:
         changed = operations.set_queue_paused(queue, paused, using=using)

@@ -12,12 +12,12 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import autoreload
 
-from alkstore_django.conf import app_settings
 from alkstore_django.errors import AlkstoreError
 from alkstore_django.handlers import outbox_queue_name, registry
-from alkstore_django.management.arguments import positive_int, seconds
+from alkstore_django.management.arguments import database_alias, positive_int, seconds
 from alkstore_django.management.service import exit_now, refuse_atomic_block, start_service
 from alkstore_django.worker import Worker
+from alkstore_django.worker.crew import run_together, workers_for
 from alkstore_django.worker.instruments import Instruments
 from alkstore_django.worker.pools import POOLS
 from alkstore_django.worker.sentinel import finish_sentinel, start_sentinel
@@ -36,8 +36,8 @@ DEFAULT_METRICS_HOST = "127.0.0.1"
 AUTORELOAD_STOP_MARGIN_S = 5.0
 
 
-def serve_with_reloader(worker: Worker, stop: threading.Event) -> None:
-    """Run ``worker`` under Django's autoreloader, restarting it when code changes.
+def serve_with_reloader(workers: list[Worker], stop: threading.Event) -> None:
+    """Run ``workers`` under Django's autoreloader, restarting them when code changes.
 
     The reloader runs the worker in a thread and ends the process when a file
     changes (or on SIGTERM): an exit hook first stops the worker the usual
@@ -52,7 +52,7 @@ def serve_with_reloader(worker: Worker, stop: threading.Event) -> None:
     def serve() -> None:
         started.set()
         try:
-            worker.run(stop)
+            run_together(workers, stop)
         finally:
             finished.set()
             if not reloading.is_set():
@@ -64,7 +64,7 @@ def serve_with_reloader(worker: Worker, stop: threading.Event) -> None:
             return  # the reloader's own process: the worker runs in its child
         reloading.set()
         stop.set()
-        finished.wait(worker.grace_s + AUTORELOAD_STOP_MARGIN_S)
+        finished.wait(workers[0].grace_s + AUTORELOAD_STOP_MARGIN_S)
 
     atexit.register(stop_worker)
     autoreload.run_with_reloader(serve)
@@ -92,6 +92,13 @@ class Command(BaseCommand):
             help="Most jobs held under claim at once.",
         )
         parser.add_argument("--worker-id", default=None, help="Defaults to host:pid:random.")
+        parser.add_argument(
+            "--database",
+            type=database_alias,
+            default=None,
+            help="The alias of the queues no QUEUES 'database' option routes elsewhere "
+            "(default: ALKSTORE['DATABASE']).",
+        )
         parser.add_argument("--burst", action="store_true", help="Drain what is due, then exit.")
         parser.add_argument(
             "--pool",
@@ -150,14 +157,12 @@ class Command(BaseCommand):
             raise CommandError(f"No handler for {unknown[0]!r}: registered queues are {known}.")
         if not names and not registry.queues():
             raise CommandError("No handlers are registered: add @handler functions in a jobs.py.")
-        refuse_atomic_block(
-            app_settings.database, "runworker", "alkstore_django.testing.run_ready_jobs()"
-        )
-        stop = start_service(options["verbosity"], app_settings.database)
+        database = options["database"]
         try:
             instruments = self._instruments(options["metrics_port"])
-            worker = Worker(
+            workers = workers_for(
                 names or None,
+                database=database,
                 concurrency=options["concurrency"],
                 batch=options["batch"],
                 worker_id=options["worker_id"],
@@ -168,9 +173,14 @@ class Command(BaseCommand):
                 max_memory_per_child_mb=options["max_memory_per_child"],
                 instruments=instruments,
             )
-            worker.build_queues()
+            aliases = [worker.store.using for worker in workers]
+            for alias in aliases:
+                refuse_atomic_block(alias, "runworker", "alkstore_django.testing.run_ready_jobs()")
+            stop = start_service(options["verbosity"], *aliases)
+            for worker in workers:
+                worker.build_queues()
             if options["autoreload"]:
-                serve_with_reloader(worker, stop)
+                serve_with_reloader(workers, stop)
                 return
             # Django, the app registry and the modules live as long as the
             # process: frozen, the collector no longer walks them (a worker
@@ -178,31 +188,36 @@ class Command(BaseCommand):
             # keeps sharing their pages instead of copying each page the
             # collector would write to. Measured: 50 ms less CPU at start-up.
             gc.freeze()
-            sentinel = start_sentinel(worker)
+            sentinel = start_sentinel(workers)
             try:
-                self._serve(worker, stop, options, instruments)
+                self._serve(workers, stop, options, instruments)
             finally:
                 # Exit after the sentinel: a supervisor signalling the group once the
                 # command has exited must not catch it mid-settle.
                 # Not for a thread that did not stop at its time limit: its sentinel
                 # records that attempt only once this process has exited.
-                if not worker.timed_out:
-                    finish_sentinel(worker, sentinel)
+                if not any(worker.timed_out for worker in workers):
+                    finish_sentinel(workers, sentinel)
         except AlkstoreError as exc:
             raise CommandError(str(exc)) from exc
-        if worker.broken:
-            raise CommandError(f"The worker stopped: it {worker.broken}.")
-        if worker.timed_out or worker.running_threads():
+        broken = next((worker.broken for worker in workers if worker.broken), None)
+        if broken:
+            raise CommandError(f"The worker stopped: it {broken}.")
+        timed_out = any(worker.timed_out for worker in workers)
+        if timed_out or any(worker.running_threads() for worker in workers):
             # A handler outlived its time limit or the grace period and its attempt
             # is recorded: end it with the process, before anyone runs it again. A
             # stuck thread asks the supervisor for a fresh process (non-zero exit).
-            exit_now(EXIT_TIMED_OUT if worker.timed_out else 0)
+            exit_now(EXIT_TIMED_OUT if timed_out else 0)
 
     @staticmethod
     def _serve(
-        worker: Worker, stop: threading.Event, options: dict[str, Any], instruments: Instruments
+        workers: list[Worker],
+        stop: threading.Event,
+        options: dict[str, Any],
+        instruments: Instruments,
     ) -> None:
-        """Serve the metrics if asked, then run ``worker`` until ``stop``."""
+        """Serve the metrics if asked, then run ``workers`` until ``stop``."""
         if instruments.enabled:
             # After the sentinel's fork: the server is a thread.
             from prometheus_client import start_http_server
@@ -212,7 +227,7 @@ class Command(BaseCommand):
                 addr=options["metrics_host"],
                 registry=instruments.registry,
             )
-        worker.run(stop)
+        run_together(workers, stop)
 
     @staticmethod
     def _instruments(port: int | None) -> Instruments:
