@@ -108,11 +108,14 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         return [
             _error(f"ALKSTORE is {type(raw).__name__}, not a dict.", "Use a dict.", "alkstore.E001")
         ]
+    engine = _engine_checks(app_settings.database)
+    # The router is judged once the database itself is usable.
+    routing = [] if any(m.is_serious() for m in engine) else _check_router()
     return [
         *_check_keys(raw),
         *_check_aliases(raw),
-        *_engine_checks(app_settings.database),
-        *_check_router(),
+        *engine,
+        *routing,
         *_check_queues(raw),
         *_check_intervals(raw),
         *_check_metrics_token(raw),

@@ -141,6 +141,8 @@ def test_a_bad_concurrency_key__is_refused_by_name_and_nothing_is_written(bad):
     assert not Job.objects.exists()
 
 
+# Every alias: the system checks Django runs here ask each SQLite database about JSON.
+@pytest.mark.django_db(transaction=True, databases=["default", "shard"])
 @pytest.mark.parametrize("bad", [0, -1, "2", 1.5, True])
 def test_a_bad_max_running_per_key__is_a_named_error_and_a_system_check(bad):
     with override_settings(ALKSTORE={**ROUTING, "QUEUES": {QUEUE: {"max_running_per_key": bad}}}):
