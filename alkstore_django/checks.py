@@ -121,7 +121,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         *_check_metrics_token(raw),
         *_check_codec(raw),
         *_check_schedules(raw),
-        *_check_max_payload_bytes(raw),
+        *_check_positive_integers(raw),
     ]
 
 
@@ -267,7 +267,14 @@ def _check_intervals(raw: dict[str, Any]) -> list[checks.CheckMessage]:
             "Expected a positive number of seconds.",
             "alkstore.E004",
         )
-        for key in ("POLL_INTERVAL_S", "SWEEP_INTERVAL_S", "WORKER_TTL_S", "WORKFLOW_RETENTION_S")
+        for key in (
+            "POLL_INTERVAL_S",
+            "SWEEP_INTERVAL_S",
+            "WORKER_TTL_S",
+            "WORKFLOW_RETENTION_S",
+            "THROUGHPUT_RETENTION_S",
+            "SCHEDULE_FIRE_RETENTION_S",
+        )
         if key in raw and not _positive_number(raw[key])
     ]
 
@@ -286,19 +293,17 @@ def _check_metrics_token(raw: dict[str, Any]) -> list[checks.CheckMessage]:
     ]
 
 
-def _check_max_payload_bytes(raw: dict[str, Any]) -> list[checks.CheckMessage]:
-    """Refuse a ``MAX_PAYLOAD_BYTES`` that is not a positive integer (E005)."""
-    if "MAX_PAYLOAD_BYTES" not in raw:
-        return []
-    value = raw["MAX_PAYLOAD_BYTES"]
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return []
+def _check_positive_integers(raw: dict[str, Any]) -> list[checks.CheckMessage]:
+    """Refuse a ``MAX_PAYLOAD_BYTES`` or ``PRUNE_BATCH_SIZE`` that is not a positive int (E005)."""
     return [
         _error(
-            f"ALKSTORE['MAX_PAYLOAD_BYTES'] is {value!r}.",
-            "Expected a positive integer number of bytes.",
+            f"ALKSTORE[{key!r}] is {raw[key]!r}.",
+            f"Expected a positive integer {what}.",
             "alkstore.E005",
         )
+        for key, what in (("MAX_PAYLOAD_BYTES", "number of bytes"), ("PRUNE_BATCH_SIZE", "of rows"))
+        if key in raw
+        and not (isinstance(raw[key], int) and not isinstance(raw[key], bool) and raw[key] > 0)
     ]
 
 

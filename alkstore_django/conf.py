@@ -21,6 +21,11 @@ DEFAULT_PAYLOAD_CODEC = "alkstore_django.codecs.JSONCodec"
 # A worker announces itself every third of this; silent longer, it is gone.
 DEFAULT_WORKER_TTL_S = 30.0
 DEFAULT_WORKFLOW_RETENTION_S = 604_800.0
+# Retention (docs/scale.md#retention-every-table-bounded): a prune deletes at
+# most PRUNE_BATCH_SIZE rows per statement, each batch its own transaction.
+DEFAULT_PRUNE_BATCH_SIZE = 5_000
+DEFAULT_THROUGHPUT_RETENTION_S = 86_400.0
+DEFAULT_SCHEDULE_FIRE_RETENTION_S = 2_592_000.0
 # The SQLite file watch: how often a worker asks PRAGMA data_version.
 DEFAULT_SQLITE_WATCH_INTERVAL_S = 0.005
 
@@ -87,6 +92,9 @@ SETTING_KEYS = frozenset(
         "METRICS_TOKEN",
         "PAYLOAD_CODEC",
         "WORKFLOW_RETENTION_S",
+        "PRUNE_BATCH_SIZE",
+        "THROUGHPUT_RETENTION_S",
+        "SCHEDULE_FIRE_RETENTION_S",
     }
 )
 
@@ -150,6 +158,21 @@ class AlkstoreSettings:
     def workflow_retention_s(self) -> float:
         """How long a finished workflow (with its steps' results) is kept."""
         return float(self.raw.get("WORKFLOW_RETENTION_S", DEFAULT_WORKFLOW_RETENTION_S))
+
+    @property
+    def prune_batch_size(self) -> int:
+        """The most rows one prune statement deletes (each batch is its own transaction)."""
+        return int(self.raw.get("PRUNE_BATCH_SIZE", DEFAULT_PRUNE_BATCH_SIZE))
+
+    @property
+    def throughput_retention_s(self) -> float:
+        """How long the per-minute throughput counters are kept (the chart reads a day)."""
+        return float(self.raw.get("THROUGHPUT_RETENTION_S", DEFAULT_THROUGHPUT_RETENTION_S))
+
+    @property
+    def schedule_fire_retention_s(self) -> float:
+        """How long the boundary a scheduled job was fired for stays readable (``fired_for``)."""
+        return float(self.raw.get("SCHEDULE_FIRE_RETENTION_S", DEFAULT_SCHEDULE_FIRE_RETENTION_S))
 
     @property
     def schedules(self) -> dict[str, dict[str, Any]]:

@@ -9,6 +9,7 @@ died with its sentinel, and is no longer listed.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from collections.abc import Sequence
@@ -63,7 +64,10 @@ def live_workers(using: str) -> list[LiveWorker]:
 
 
 def purge_gone(using: str) -> int:
-    """Delete the rows of workers silent for ``PURGE_AFTER_TTLS`` TTLs; return how many."""
-    cutoff = Now() - timedelta(seconds=app_settings.worker_ttl_s * PURGE_AFTER_TTLS)
-    deleted, _ = LiveWorker.objects.using(using).filter(last_seen_at__lt=cutoff).delete()
-    return deleted
+    """Delete the rows of workers silent for ``PURGE_AFTER_TTLS`` TTLs; return the count."""
+    from .dialects import dialect_for
+
+    dialect = dialect_for(using)
+    silent = timedelta(seconds=app_settings.worker_ttl_s * PURGE_AFTER_TTLS)
+    cutoff = dialect.database_now() - silent
+    return dialect.in_batches(functools.partial(dialect.purge_workers, cutoff))

@@ -8,6 +8,7 @@ workers' upkeep deletes results past their ``expires_at``.
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -150,7 +151,10 @@ def forget(using: str, job_ids: list[int]) -> None:
 
 
 def prune(store: Store) -> int:
-    """Delete the results past their ``expires_at``; return how many."""
-    now = store.dialect.database_now()
-    deleted, _ = JobResult.objects.using(store.using).filter(expires_at__lte=now).delete()
-    return deleted
+    """Delete the results past their ``expires_at``, in batches; return how many.
+
+    Oldest expiry first on ``alk_result_expiry``, ``PRUNE_BATCH_SIZE`` rows a
+    statement (``Dialect.in_batches``); what a run leaves goes at the next.
+    """
+    dialect = store.dialect
+    return dialect.in_batches(functools.partial(dialect.prune_results, dialect.database_now()))

@@ -2,8 +2,8 @@
 
 Workers call ``record_throughput`` at most once a second: one upsert statement
 adds the counts since to the current minute's row of each queue (the minute is
-the database clock's). Rows older than a day are pruned by each worker's
-upkeep (``worker/upkeep.py``), once an hour.
+the database clock's). Rows older than ``THROUGHPUT_RETENTION_S`` (a day) are
+pruned in batches by the upkeep leader (``worker/upkeep.py``), once an hour.
 
 The chart's dead-lettered series is counted from ``DeadJob.died_at`` (indexed),
 not from the counters: jobs also die outside a worker's batch (the expiry
@@ -14,6 +14,7 @@ chart. The finished series is the workers' ``acked`` counter.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -22,10 +23,10 @@ from typing import Any
 from django.db.models import Count, Sum
 from django.db.models.functions import TruncMinute
 
+from .conf import app_settings
 from .errors import InvalidArgument
 from .validation import validate_int
 
-THROUGHPUT_RETENTION_S = 86_400
 PRUNE_INTERVAL_S = 3_600
 MAX_CHART_MINUTES = 1_440
 
@@ -59,11 +60,14 @@ def record_throughput(using: str, counts: Mapping[str, tuple[int, int, int]]) ->
     dialect_for(using).record_outcomes(rows)
 
 
-def prune_throughput(using: str, keep_s: float = THROUGHPUT_RETENTION_S) -> int:
-    """Delete throughput counters older than ``keep_s`` seconds; return how many rows went."""
+def prune_throughput(using: str, keep_s: float | None = None) -> int:
+    """Delete counters older than ``keep_s`` (``THROUGHPUT_RETENTION_S``); return how many."""
     from .dialects import dialect_for
 
-    return dialect_for(using).prune_outcomes(keep_s)
+    dialect = dialect_for(using)
+    keep = app_settings.throughput_retention_s if keep_s is None else keep_s
+    cutoff = dialect.database_now() - timedelta(seconds=keep)
+    return dialect.in_batches(functools.partial(dialect.prune_outcomes, cutoff))
 
 
 def recent_throughput(using: str, minutes: int = 60) -> list[ThroughputMinute]:

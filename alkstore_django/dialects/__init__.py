@@ -103,6 +103,20 @@ def unprepare_app_schema(apps: Any, schema_editor: Any) -> None:
         cls.unprepare_schema(schema_editor)
 
 
+def tune_app_storage(apps: Any, schema_editor: Any) -> None:
+    """``RunPython`` body: let the engine set its per-table storage settings (autovacuum)."""
+    cls = dialect_class(schema_editor.connection.vendor)
+    if cls is not None:
+        cls.tune_storage(schema_editor)
+
+
+def untune_app_storage(apps: Any, schema_editor: Any) -> None:
+    """``RunPython`` reverse body: let the engine undo ``tune_app_storage``."""
+    cls = dialect_class(schema_editor.connection.vendor)
+    if cls is not None:
+        cls.untune_storage(schema_editor)
+
+
 __all__ = [
     "DIALECTS",
     "AnyDialect",
@@ -114,5 +128,7 @@ __all__ = [
     "prepare_app_schema",
     "prepare_connection",
     "prepare_schema",
+    "tune_app_storage",
     "unprepare_app_schema",
+    "untune_app_storage",
 ]

@@ -19,6 +19,7 @@ them), so a literal percent sign is written ``%%``.
 from __future__ import annotations
 
 import json
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -30,13 +31,17 @@ from django.db import connections, transaction
 
 from ..conf import app_settings
 from ..models import (
+    Attempt,
     ChannelMessage,
     DeadJob,
     Job,
+    JobResult,
+    LiveWorker,
     Lock,
     OutcomeMinute,
     Schedule,
     ScheduleFire,
+    TaskResult,
     UniqueWindow,
 )
 from ..records import UNKEYED, EnqueueStamps, split_tags
@@ -49,10 +54,19 @@ SCHEDULE_TABLE = Schedule._meta.db_table
 FIRE_TABLE = ScheduleFire._meta.db_table
 OUTCOME_TABLE = OutcomeMinute._meta.db_table
 WINDOW_TABLE = UniqueWindow._meta.db_table
+ATTEMPT_TABLE = Attempt._meta.db_table
+RESULT_TABLE = JobResult._meta.db_table
+WORKER_TABLE = LiveWorker._meta.db_table
+TASK_RESULT_TABLE = TaskResult._meta.db_table
 # Where ``notify`` writes on the engines without LISTEN/NOTIFY (SQLite, MariaDB/MySQL).
 MESSAGE_TABLE = ChannelMessage._meta.db_table
 
 T = TypeVar("T")
+
+# A prune run (``Dialect.in_batches``): at most this many batches, and no new
+# batch once this long has passed, so one chore never holds up the claim loop.
+PRUNE_MAX_BATCHES = 20
+PRUNE_BUDGET_S = 5.0
 
 JOB_COLUMNS = (
     "id",
@@ -201,6 +215,14 @@ class Dialect(ABC):
 
         Default: nothing (Django drops its own indexes with their columns).
         """
+
+    @classmethod  # noqa: B027
+    def tune_storage(cls, schema_editor: Any) -> None:
+        """Set the engine's per-table storage settings (autovacuum); default: nothing."""
+
+    @classmethod  # noqa: B027
+    def untune_storage(cls, schema_editor: Any) -> None:
+        """Undo ``tune_storage``; default: nothing."""
 
     def server_problem(self) -> str | None:
         """Return why this database server cannot run alkstore (its version), or None."""
@@ -409,18 +431,46 @@ class Dialect(ABC):
         now, now_params = self.now_sql()
         return self.to_datetime(self._fetchall(f"SELECT {now}", now_params)[0][0])  # type: ignore[return-value]
 
-    def _release_dead_windows(self, where: str, params: Sequence[Any]) -> None:
-        """Delete the ``unique_for_s`` windows of the dead letters ``d`` matching ``where``.
+    # --- retention ----------------------------------------------------------------------
 
-        Run before those dead letters leave (deleted, purged, requeued): a dead
-        job's window holds nothing, but with its dead letter gone nothing would
-        tell it from a succeeded job's, and it would hold its key again.
+    def in_batches(self, batch: Callable[[int], int], size: int | None = None) -> int:
+        """Call ``batch(size)`` again and again, each call its own short write transaction.
+
+        ``batch`` handles at most ``size`` rows (``PRUNE_BATCH_SIZE`` by
+        default) and returns how many it handled; the run ends at the first
+        short batch, after ``PRUNE_MAX_BATCHES`` batches or once
+        ``PRUNE_BUDGET_S`` has passed (what is left waits for the next run).
+        Short transactions keep row locks, SQLite's write lock and the
+        PostgreSQL xmin horizon from being held by a long ``DELETE``. Returns
+        the rows handled.
         """
-        self._rowcount(
-            f"DELETE FROM {WINDOW_TABLE} WHERE EXISTS (SELECT 1 FROM {DEAD_TABLE} d "
-            f"WHERE d.id = {WINDOW_TABLE}.job_id AND {where})",
-            params,
+        size = app_settings.prune_batch_size if size is None else size
+        deadline = time.monotonic() + PRUNE_BUDGET_S
+        total = 0
+        for _ in range(PRUNE_MAX_BATCHES):
+            with self.atomic_write():
+                handled = batch(size)
+            total += handled
+            if handled < size or time.monotonic() >= deadline:
+                break
+        return total
+
+    def delete_batch(
+        self, table: str, key: str, where: str, params: Sequence[Any], order_by: str, limit: int
+    ) -> int:
+        """Delete at most ``limit`` rows of ``table`` matching ``where``, first by ``order_by``.
+
+        An index led by ``where``'s equality columns, then ``order_by``, serves
+        it: a batch reads the rows it deletes and no more. ``key`` is the
+        primary key; ``params`` hold the run's cutoff (read once, database
+        clock). Default: ``key IN (SELECT … ORDER BY … LIMIT)``; MySQL, which
+        refuses that subquery on the table it deletes from, overrides it.
+        """
+        sql = (
+            f"DELETE FROM {table} WHERE {key} IN (SELECT {key} FROM {table} WHERE {where} "
+            f"ORDER BY {order_by} LIMIT %s)"
         )
+        return self._rowcount(sql, [*params, limit])
 
     def _rowcount(self, sql: str, params: Sequence[Any]) -> int:
         with self.connection.cursor() as cursor:

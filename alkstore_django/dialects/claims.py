@@ -6,6 +6,7 @@ it was given. The claim itself is each engine's ``claim_and_ack``.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -108,10 +109,18 @@ class ClaimStatements(Dialect):
         return self.bury("queue = %s AND expires_at <= {now}", [queue], "expired")
 
     def purge_windows(self, queue: str) -> int:
-        """Delete the queue's ``unique_for_s`` windows that have ended; return how many."""
-        now, now_params = self.now_sql()
-        sql = f"DELETE FROM {WINDOW_TABLE} WHERE queue = %s AND held_until <= {now}"
-        return self._rowcount(sql, [queue, *now_params])
+        """Delete the queue's ``unique_for_s`` windows that have ended; return how many.
+
+        In batches (``in_batches``) on ``alk_unique_window_until`` (queue,
+        held_until), the cutoff read once from the database clock.
+        """
+        at = self.adapt_datetime(self.database_now())
+        return self.in_batches(
+            functools.partial(
+                self.delete_batch, WINDOW_TABLE, "id", "queue = %s AND held_until <= %s",
+                [queue, at], "held_until",
+            )
+        )  # fmt: skip
 
     def bury_exhausted_lapsed(self) -> int:
         """Dead-letter every lapsed claim with no attempts left, whatever its queue.
@@ -120,19 +129,6 @@ class ClaimStatements(Dialect):
         this catches those of a queue that nobody claims from any more.
         """
         return self.bury(EXHAUSTED_LAPSED, [], "max attempts exceeded")
-
-    def purge_dead(self, queue: str, older_than_s: float) -> int:
-        """Delete the queue's dead letters that died ``older_than_s`` ago or earlier.
-
-        Their ``unique_for_s`` windows go first (see ``_release_dead_windows``).
-        """
-        now, now_params = self.now_sql()
-        cutoff = self.plus_sql(now, "%s")
-        self._release_dead_windows(
-            f"d.queue = %s AND d.died_at <= {cutoff}", [queue, *now_params, -older_than_s]
-        )
-        sql = f"DELETE FROM {DEAD_TABLE} WHERE queue = %s AND died_at <= {cutoff}"
-        return self._rowcount(sql, [queue, *now_params, -older_than_s])
 
     # --- counts -------------------------------------------------------------------------
 

@@ -1,18 +1,31 @@
-"""The operators' statements in standard SQL: every engine so far speaks them alike.
+"""The operators' and the retention's statements in standard SQL: every engine speaks them alike.
 
-Dead letters, retry now, the queue overview and the outcome counters'
-pruning; an engine overrides what its SQL cannot run (MySQL's
-``purge_dead_batch``). Requeueing a dead letter moves rows between tables,
-which each engine writes its own way (``Dialect.move_dead_to_live``).
+Dead letters, retry now, the queue overview, and the prunes that keep every
+growing table bounded (docs/scale.md#retention-every-table-bounded): each
+deletes at most one batch per statement (``Dialect.delete_batch``, which
+MySQL writes its own way), run batch after batch by ``Dialect.in_batches``.
+Requeueing a dead letter moves rows between tables, which each engine
+writes its own way (``Dialect.move_dead_to_live``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from .base import DEAD_TABLE, JOB_TABLE, OUTCOME_TABLE, WINDOW_TABLE, Dialect
+from .base import (
+    ATTEMPT_TABLE,
+    DEAD_TABLE,
+    JOB_TABLE,
+    OUTCOME_TABLE,
+    RESULT_TABLE,
+    TASK_RESULT_TABLE,
+    WINDOW_TABLE,
+    WORKER_TABLE,
+    Dialect,
+)
 
 
 class OperatorStatements(Dialect):
@@ -73,25 +86,44 @@ class OperatorStatements(Dialect):
         )
 
     def delete_dead(self, ids: Sequence[int]) -> int:
-        """Delete the dead letters ``ids`` and their windows; return the count."""
+        """Delete the dead letters ``ids`` with their windows and attempt history; return the count.
+
+        The history goes in the same transaction as its dead letter (led by
+        the ids: a probe of ``alk_attempt_job`` each), so no attempt row is
+        left for the orphan sweep to find.
+        """
         self.release_dead_windows(ids)
         match, params = self.ids_sql(ids)
+        self._rowcount(
+            f"DELETE FROM {ATTEMPT_TABLE} WHERE job_id IN (SELECT id FROM {DEAD_TABLE} "
+            f"WHERE {match})",
+            params,
+        )
         return self._rowcount(f"DELETE FROM {DEAD_TABLE} WHERE {match}", params)
 
     def purge_dead_batch(self, queue: str, cutoff: datetime, limit: int) -> int:
         """Delete up to ``limit`` of ``queue``'s dead letters that died at or before ``cutoff``.
 
-        Oldest first: the inner select walks the (queue, died_at) index. The
-        windows of every dead letter past ``cutoff`` go first (they hold nothing).
+        Oldest first, on the (queue, died_at) index ``alk_dead_queue_died``;
+        their windows and attempt history go with them (``delete_dead``).
+        Inside the caller's write transaction.
         """
-        self._release_dead_windows(
-            "d.queue = %s AND d.died_at <= %s", [queue, self.adapt_datetime(cutoff)]
-        )
         sql = (
-            f"DELETE FROM {DEAD_TABLE} WHERE id IN (SELECT id FROM {DEAD_TABLE} WHERE queue = %s "
-            "AND died_at <= %s ORDER BY died_at LIMIT %s)"
+            f"SELECT id FROM {DEAD_TABLE} WHERE queue = %s AND died_at <= %s "
+            "ORDER BY died_at LIMIT %s"
         )
-        return self._rowcount(sql, [queue, self.adapt_datetime(cutoff), limit])
+        ids = [row[0] for row in self._fetchall(sql, [queue, self.adapt_datetime(cutoff), limit])]
+        return self.delete_dead(ids) if ids else 0
+
+    def purge_dead(self, queue: str, older_than_s: float) -> int:
+        """Delete the queue's dead letters that died ``older_than_s`` ago or earlier.
+
+        In batches (``in_batches``), the cutoff fixed once from the database
+        clock; what a run leaves (past its cap) goes at the next sweep.
+        Returns how many went.
+        """
+        cutoff = self.database_now() - timedelta(seconds=older_than_s)
+        return self.in_batches(functools.partial(self.purge_dead_batch, queue, cutoff))
 
     def overview(self, now: datetime) -> dict[str, dict[str, Any]]:
         """Return per-queue counts as of ``now`` from three grouped, index-served queries."""
@@ -130,8 +162,57 @@ class OperatorStatements(Dialect):
             row_for(queue)["dead"] = int(dead)
         return stats
 
-    def prune_outcomes(self, keep_s: float) -> int:
-        """Delete outcome counters older than ``keep_s`` seconds; return the count."""
-        now, now_params = self.now_sql()
-        sql = f"DELETE FROM {OUTCOME_TABLE} WHERE minute < {self.plus_sql(now, '%s')}"
-        return self._rowcount(sql, [*now_params, -keep_s])
+    # --- retention: one batch per statement, oldest first ------------------------------
+
+    def prune_outcomes(self, cutoff: datetime, limit: int) -> int:
+        """Delete up to ``limit`` counters older than ``cutoff`` (``alk_outcome_by_minute``)."""
+        at = self.adapt_datetime(cutoff)
+        return self.delete_batch(OUTCOME_TABLE, "id", "minute < %s", [at], "minute", limit)
+
+    def prune_results(self, cutoff: datetime, limit: int) -> int:
+        """Delete up to ``limit`` kept results expired by ``cutoff`` (``alk_result_expiry``)."""
+        at = self.adapt_datetime(cutoff)
+        return self.delete_batch(
+            RESULT_TABLE, "job_id", "expires_at <= %s", [at], "expires_at", limit
+        )
+
+    def purge_workers(self, cutoff: datetime, limit: int) -> int:
+        """Delete up to ``limit`` worker rows last seen before ``cutoff`` (``alk_worker_seen``)."""
+        at = self.adapt_datetime(cutoff)
+        return self.delete_batch(
+            WORKER_TABLE, "id", "last_seen_at < %s", [at], "last_seen_at", limit
+        )
+
+    def prune_task_results(self, backend: str, cutoff: datetime, limit: int) -> int:
+        """Delete up to ``limit`` of ``backend``'s Tasks results finished before ``cutoff``.
+
+        On ``alk_taskres_retention`` (backend, finished_at over finished rows).
+        """
+        at = self.adapt_datetime(cutoff)
+        return self.delete_batch(
+            TASK_RESULT_TABLE,
+            "id",
+            "backend = %s AND finished_at < %s",
+            [backend, at],
+            "finished_at",
+            limit,
+        )
+
+    def attempts_after(self, after_id: int, limit: int) -> list[tuple[int, bool]]:
+        """Return up to ``limit`` attempts above ``after_id`` by id: (id, whether its job is here).
+
+        A walk of the primary key; each row read probes the live and the dead
+        table once by primary key. A job id never comes back once its job and
+        its dead letter are gone, so a row found orphaned stays orphaned.
+        """
+        sql = (
+            f"SELECT a.id, CASE WHEN EXISTS (SELECT 1 FROM {JOB_TABLE} j WHERE j.id = a.job_id) "
+            f"OR EXISTS (SELECT 1 FROM {DEAD_TABLE} d WHERE d.id = a.job_id) THEN 1 ELSE 0 END "
+            f"FROM {ATTEMPT_TABLE} a WHERE a.id > %s ORDER BY a.id LIMIT %s"
+        )
+        return [(int(i), bool(kept)) for i, kept in self._fetchall(sql, [after_id, limit])]
+
+    def delete_attempts(self, ids: Sequence[int]) -> int:
+        """Delete the attempt rows ``ids``; return the count."""
+        match, params = self.ids_sql(ids)
+        return self._rowcount(f"DELETE FROM {ATTEMPT_TABLE} WHERE {match}", params)

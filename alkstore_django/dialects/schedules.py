@@ -21,12 +21,12 @@ class ScheduleStatements(Dialect):
         row = self._fetchall(sql, [*now_params, True])[0]
         return self._seconds_until(row[0], row[1])
 
-    def prune_fires(self, cutoff: datetime) -> int:
-        """Delete the fired boundaries older than ``cutoff``; return the count.
+    def prune_fires(self, cutoff: datetime, limit: int) -> int:
+        """Delete up to ``limit`` fired boundaries older than ``cutoff``; return the count.
 
-        A plain statement, run inside the tick's write transaction: the ORM's
-        ``delete()`` opens a transaction of its own, which SQLite's ``BEGIN
-        IMMEDIATE`` (issued outside Django's ``atomic``) cannot nest.
+        One batch on ``alk_fire_boundary``, run inside the tick's write
+        transaction: a tick that fires deletes at most one batch, so the
+        prune keeps up with the fires without lengthening a tick.
         """
-        sql = f"DELETE FROM {FIRE_TABLE} WHERE boundary < %s"
-        return self._rowcount(sql, [self.adapt_datetime(cutoff)])
+        at = self.adapt_datetime(cutoff)
+        return self.delete_batch(FIRE_TABLE, "job_id", "boundary < %s", [at], "boundary", limit)

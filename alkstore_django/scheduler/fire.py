@@ -32,8 +32,6 @@ logger = logging.getLogger("alkstore_django.scheduler")
 
 # A refused fire is tried again this often until it fires or an operator acts.
 REFUSED_RETRY_S = 30.0
-# How long a fired job's boundary stays readable (``fired_for``).
-FIRE_KEEP_DAYS = 30
 
 
 @dataclass(frozen=True)
@@ -47,8 +45,8 @@ class Fire:
 def fired_for(store: Store, job_id: int | str) -> Fire | None:
     """Return the schedule and boundary job ``job_id`` was fired for, None if not scheduled.
 
-    Works while the job is live, dead or done, for ``FIRE_KEEP_DAYS`` days
-    after its boundary. ``job_id`` may be a Tasks result id (the job id as text).
+    Works while the job is live, dead or done, for ``SCHEDULE_FIRE_RETENTION_S``
+    (30 days) after its boundary. ``job_id`` may be a Tasks result id (the job id as text).
     """
     try:
         key = int(job_id)
@@ -88,9 +86,11 @@ def tick(store: Store, *, leader: LockHandle | None = None) -> int:
         for row in due:
             fired += _fire(store, row, now)
         if fired:
-            # One indexed statement (a dialect's: the ORM's delete() would open a
-            # transaction SQLite's BEGIN IMMEDIATE cannot nest).
-            dialect.prune_fires(now - timedelta(days=FIRE_KEEP_DAYS))
+            # One indexed batch (a dialect's: the ORM's delete() would open a
+            # transaction SQLite's BEGIN IMMEDIATE cannot nest): each firing
+            # tick deletes at most PRUNE_BATCH_SIZE, more than it fires.
+            keep = timedelta(seconds=app_settings.schedule_fire_retention_s)
+            dialect.prune_fires(now - keep, app_settings.prune_batch_size)
     return fired
 
 

@@ -8,6 +8,7 @@ finished results past their backend's retention. Django 6.0+ only.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -161,15 +162,14 @@ def _db_now(row: Any) -> datetime:
 
 
 def prune_results(backend: ResultsBackend, using: str | None = None) -> int:
-    """Delete ``backend``'s finished results older than its retention; return how many."""
+    """Delete ``backend``'s finished results older than its retention, in batches; return how many.
+
+    Oldest first on ``alk_taskres_retention``, ``PRUNE_BATCH_SIZE`` rows a
+    statement, each its own short transaction (``Dialect.in_batches``).
+    """
     retention = backend.result_retention_s
     if retention is None:
         return 0
-    using = using or app_settings.database
-    cutoff = get_store(using).dialect.database_now() - timedelta(seconds=retention)
-    deleted, _ = (
-        TaskResultRow.objects.using(using)
-        .filter(backend=backend.alias, finished_at__lt=cutoff)
-        .delete()
-    )
-    return deleted
+    dialect = get_store(using or app_settings.database).dialect
+    cutoff = dialect.database_now() - timedelta(seconds=retention)
+    return dialect.in_batches(functools.partial(dialect.prune_task_results, backend.alias, cutoff))

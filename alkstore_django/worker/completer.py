@@ -16,6 +16,7 @@ import logging
 import queue as queue_module
 import time
 from collections import deque
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError
@@ -33,12 +34,14 @@ from ..executor import (
     settle,
     settles_alone,
 )
+from ..history import forget_acked
 from ..results import encode_result, keep_acked
 from .cancels import cancelled_outcome, past_grace
 from .holdings import Done, Held, Holdings
 from .slots import TIMED_OUT
 
 if TYPE_CHECKING:
+    from ..records import Job
     from ..store import Store
     from .controls import Controls
     from .tally import Tally
@@ -138,6 +141,8 @@ class Completer:
         if held.run.progress_pending and outcome.kind != ACK:
             self.holdings.write_progress(held)
         result = settle(held.handle, outcome, held.handler, self.store.using)
+        if result == ACKED:
+            self.forget_history([held.handle.job])
         self.holdings.forget(held, reuse_slot=reuse_slot)
         if outcome.kind == OutcomeKind.RELEASE:
             self.tally.released(held.handle.job, result)
@@ -227,6 +232,21 @@ class Completer:
             result = ACKED if handle.job.id in acked else LOST
             record(handle.job, done.outcome, result)
             finished(handle.job, done.outcome, result)
+        self.forget_history(d.held.handle.job for d in acks if d.held.handle.job.id in acked)
+
+    # --- retention: the attempt history of acked jobs (docs/scale.md) -----------------
+
+    def forget_history(self, jobs: Iterable[Job]) -> None:
+        """Delete the attempt history of committed acks whose job had failed before.
+
+        One statement for a batch's such jobs, none when there are none (a
+        job that never failed has no history). A failure here loses nothing:
+        the leader's orphan sweep deletes those rows later.
+        """
+        try:
+            forget_acked(self.store.using, jobs)
+        except DatabaseError:
+            logger.warning("could not delete acked jobs' attempt history", exc_info=True)
 
     # --- attempts the worker decides ---------------------------------------------------
 

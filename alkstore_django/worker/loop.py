@@ -426,6 +426,7 @@ class Worker:
         try:
             self.tally.flush()
             presence.leave(self.store.using, self.worker_id)
+            self.upkeep.leave()  # retention: another worker takes the table-wide prunes
         except DatabaseError:
             logger.warning("could not record outcome counts at shutdown", exc_info=True)
 

@@ -408,13 +408,22 @@ def cancelling(store: Store, ids: Sequence[int]) -> Iterator[None]:
 
 
 def prune_finished(store: Store) -> int:
-    """Delete workflows finished more than ``WORKFLOW_RETENTION_S`` ago, with their steps."""
-    cutoff = store.dialect.database_now() - timedelta(seconds=app_settings.workflow_retention_s)
-    old = Workflow.objects.using(store.using).filter(finished_at__lte=cutoff)
-    ids = list(old.values_list("id", flat=True)[:1000])
-    if not ids:
-        return 0
-    with store.dialect.atomic_write():
-        WorkflowStep.objects.using(store.using).filter(workflow_id__in=ids).delete()
-        Workflow.objects.using(store.using).filter(id__in=ids).delete()
-    return len(ids)
+    """Delete workflows finished more than ``WORKFLOW_RETENTION_S`` ago, with their steps.
+
+    In batches (``Dialect.in_batches``): each takes ``PRUNE_BATCH_SIZE``
+    workflow ids, oldest finish first on ``alk_workflow_finished``, and
+    deletes their steps (``alk_step_name`` leads with the workflow) and then
+    them in one short transaction. Returns how many workflows went.
+    """
+    dialect, using = store.dialect, store.using
+    cutoff = dialect.database_now() - timedelta(seconds=app_settings.workflow_retention_s)
+
+    def batch(limit: int) -> int:
+        old = Workflow.objects.using(using).filter(finished_at__lte=cutoff)
+        ids = list(old.order_by("finished_at").values_list("id", flat=True)[:limit])
+        if ids:
+            WorkflowStep.objects.using(using).filter(workflow_id__in=ids).delete()
+            Workflow.objects.using(using).filter(id__in=ids).delete()
+        return len(ids)
+
+    return dialect.in_batches(batch)

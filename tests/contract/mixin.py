@@ -202,7 +202,7 @@ class DialectContract:
         dialect.record_outcomes([("x", 2, 1, 0), ("y", 1, 0, 1)])
         dialect.record_outcomes([("x", 1, 0, 0)])
         assert OutcomeMinute.objects.get(queue="x").acked == 3
-        assert dialect.prune_outcomes(3600) == 0
+        assert dialect.prune_outcomes(dialect.database_now() - timedelta(hours=1), 10) == 0
         overview = dialect.overview(dialect.database_now())
         assert overview["x"]["pending"] == 1
 

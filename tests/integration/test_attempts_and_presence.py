@@ -11,7 +11,7 @@ import pytest
 from django.test import override_settings
 
 from alkstore_django import overview, presence, store
-from alkstore_django.history import attempts_of, purge_orphaned_attempts
+from alkstore_django.history import OrphanSweep, attempts_of
 from alkstore_django.models import Attempt, LiveWorker
 from alkstore_django.testing import run_ready_jobs
 from alkstore_django.worker import Worker
@@ -38,9 +38,10 @@ def test_attempt_history__a_dead_letter_keeps_every_failed_attempt():
 def test_attempt_history__of_a_job_that_is_gone_is_purged():
     job_id = store.queue("t.raise", max_attempts=2).enqueue("p")
     run_ready_jobs(["t.raise"])  # one failed attempt; the retry waits for its backoff
+    sweep = OrphanSweep()
+    assert sweep.run(ALKSTORE_DB) == 0  # its job is live
     assert store.queue("t.raise").cancel(job_id)
-    assert purge_orphaned_attempts(ALKSTORE_DB) == 0  # not old enough yet
-    assert purge_orphaned_attempts(ALKSTORE_DB, now_minus_s=-60) == 1
+    assert sweep.run(ALKSTORE_DB) == 1
     assert not Attempt.objects.exists()
 
 

@@ -434,13 +434,11 @@ class MysqlDialect(
             cursor.execute(f"DELETE FROM {DEAD_TABLE} WHERE {match}", params)
         return moved
 
-    def purge_dead_batch(self, queue: str, cutoff: datetime, limit: int) -> int:
+    def delete_batch(
+        self, table: str, key: str, where: str, params: Sequence[Any], order_by: str, limit: int
+    ) -> int:
         # MySQL cannot DELETE with a LIMITed subquery on the same table; a
-        # single-table DELETE takes ORDER BY and LIMIT itself.
-        self._release_dead_windows(
-            "d.queue = %s AND d.died_at <= %s", [queue, self.adapt_datetime(cutoff)]
-        )
-        sql = (
-            f"DELETE FROM {DEAD_TABLE} WHERE queue = %s AND died_at <= %s ORDER BY died_at LIMIT %s"
-        )
-        return self._rowcount(sql, [queue, self.adapt_datetime(cutoff), limit])
+        # single-table DELETE takes ORDER BY and LIMIT itself (and walks the
+        # same index).
+        sql = f"DELETE FROM {table} WHERE {where} ORDER BY {order_by} LIMIT %s"
+        return self._rowcount(sql, [*params, limit])

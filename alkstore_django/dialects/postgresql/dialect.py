@@ -40,6 +40,7 @@ from ..operators import OperatorStatements
 from ..schedules import ScheduleStatements
 from ..unique import UniqueJobs
 from ..upserts import OnConflictUpserts
+from .autovacuum import reset_autovacuum, set_autovacuum
 from .watch import PostgresWatcher
 
 NOW = "statement_timestamp()"
@@ -113,6 +114,14 @@ class PostgresDialect(
     def __init__(self, using: str) -> None:
         super().__init__(using)
         self._cursors = threading.local()
+
+    @classmethod
+    def tune_storage(cls, schema_editor: Any) -> None:
+        set_autovacuum(schema_editor)
+
+    @classmethod
+    def untune_storage(cls, schema_editor: Any) -> None:
+        reset_autovacuum(schema_editor)
 
     @classmethod
     def check_settings(cls, alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
