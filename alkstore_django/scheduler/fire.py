@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("alkstore_django.scheduler")
 
+# How long a fire into a queue on another database keeps its boundary's key
+# (``_fire_elsewhere``): one row per fire, so a day, not the fires' retention.
+ROUTED_FIRE_WINDOW_S = 86_400.0
 # A refused fire is tried again this often until it fires or an operator acts.
 REFUSED_RETRY_S = 30.0
 
@@ -167,15 +170,16 @@ def _fire_elsewhere(queue: Queue, row: Schedule, payload: object, due: list[date
     """Enqueue ``due`` on a queue routed to another database; return the jobs' ids.
 
     No transaction spans two databases, so the jobs commit before the tick
-    does. Each boundary's job carries a unique key held ``FIRE_KEEP_DAYS``:
-    a tick that rolls back after this (a lost lease, a crash) fires the
-    boundary again on its next round and gets back the job already written,
-    never a second one. Its fire is recorded on the queue's database, where
+    does. Each boundary's job carries a unique key held ``ROUTED_FIRE_WINDOW_S``
+    after it ran: a tick that rolls back after this (a lost lease, a crash)
+    fires the boundary again on its next round and gets back the job already
+    written, never a second one (unless the scheduler's database stays away
+    for longer than the window in between). Its fire is recorded on the queue's database, where
     ``fired_for`` on that database's store reads it.
     """
     keys = [fire_key(row.name, boundary) for boundary in due]
     return queue.enqueue_many(
-        [payload] * len(due), unique_keys=keys, unique_for_s=FIRE_KEEP_DAYS * 86_400.0
+        [payload] * len(due), unique_keys=keys, unique_for_s=ROUTED_FIRE_WINDOW_S
     )
 
 
