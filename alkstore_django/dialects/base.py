@@ -172,6 +172,10 @@ class Dialect(ABC):
     #: rows it claimed. Without it the claim locks its rows, updates them by
     #: primary key and reads them back inside one transaction.
     supports_update_returning: ClassVar[bool] = False
+    #: The dead letters live in one partition per day, dropped whole once past
+    #: retention (``tend_partitions``, ``purge_dead``). Without it they are one
+    #: table, purged by batched deletes.
+    supports_dead_letter_partitions: ClassVar[bool] = False
 
     def __init__(self, using: str) -> None:
         self.using = using
@@ -201,6 +205,15 @@ class Dialect(ABC):
 
         Default: nothing (Django drops its own indexes with their columns).
         """
+
+    def tend_partitions(self) -> int:
+        """Create the dead letters' partitions of the coming days; return how many were made.
+
+        Default: none, on an engine whose dead letters are one plain table.
+        PostgreSQL keeps them in a partition per day, dropped whole past
+        retention (``postgresql/partitions.py``).
+        """
+        return 0
 
     def server_problem(self) -> str | None:
         """Return why this database server cannot run alkstore (its version), or None."""
