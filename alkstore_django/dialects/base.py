@@ -19,7 +19,6 @@ them), so a literal percent sign is written ``%%``.
 from __future__ import annotations
 
 import json
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -46,6 +45,7 @@ from ..models import (
 )
 from ..records import UNKEYED, EnqueueStamps, split_tags
 from ..records import Job as JobRecord
+from .batches import BatchedDeletes
 
 JOB_TABLE = Job._meta.db_table
 DEAD_TABLE = DeadJob._meta.db_table
@@ -62,11 +62,6 @@ TASK_RESULT_TABLE = TaskResult._meta.db_table
 MESSAGE_TABLE = ChannelMessage._meta.db_table
 
 T = TypeVar("T")
-
-# A prune run (``Dialect.in_batches``): at most this many batches, and no new
-# batch once this long has passed, so one chore never holds up the claim loop.
-PRUNE_MAX_BATCHES = 20
-PRUNE_BUDGET_S = 5.0
 
 JOB_COLUMNS = (
     "id",
@@ -166,7 +161,7 @@ class Watcher(ABC):
         """Close the watcher's connection."""
 
 
-class Dialect(ABC):
+class Dialect(BatchedDeletes, ABC):
     """One database alias's statements. Connections are looked up per call (they are per thread).
 
     The capability flags say what the engine can do; code outside
@@ -186,6 +181,10 @@ class Dialect(ABC):
     #: rows it claimed. Without it the claim locks its rows, updates them by
     #: primary key and reads them back inside one transaction.
     supports_update_returning: ClassVar[bool] = False
+    #: The dead letters live in one partition per day, dropped whole once past
+    #: retention (``tend_partitions``, ``purge_dead``). Without it they are one
+    #: table, purged by batched deletes.
+    supports_dead_letter_partitions: ClassVar[bool] = False
 
     def __init__(self, using: str) -> None:
         self.using = using
@@ -196,7 +195,7 @@ class Dialect(ABC):
     # --- engine hooks with a default -------------------------------------------------
     # Deliberately not abstract: an engine overrides only the ones it needs.
 
-    @classmethod  # noqa: B027
+    @classmethod
     def prepare_connection(cls, connection: Any) -> None:
         """Configure a new connection of this vendor (``connection_created``); default: nothing."""
 
@@ -205,24 +204,33 @@ class Dialect(ABC):
         """Return system-check warnings about the alias's ``DATABASES`` entry; default: none."""
         return []
 
-    @classmethod  # noqa: B027
+    @classmethod
     def prepare_schema(cls, schema_editor: Any, tables: Sequence[str]) -> None:
         """Adjust the app's freshly migrated ``tables`` for this engine; default: nothing."""
 
-    @classmethod  # noqa: B027
+    @classmethod
     def unprepare_schema(cls, schema_editor: Any) -> None:
         """Drop what ``prepare_schema`` built on columns a reversed migration removes next.
 
         Default: nothing (Django drops its own indexes with their columns).
         """
 
-    @classmethod  # noqa: B027
+    @classmethod
     def tune_storage(cls, schema_editor: Any) -> None:
         """Set the engine's per-table storage settings (autovacuum); default: nothing."""
 
-    @classmethod  # noqa: B027
+    @classmethod
     def untune_storage(cls, schema_editor: Any) -> None:
         """Undo ``tune_storage``; default: nothing."""
+
+    def tend_partitions(self) -> int:
+        """Create the dead letters' partitions of the coming days; return how many were made.
+
+        Default: none, on an engine whose dead letters are one plain table.
+        PostgreSQL keeps them in a partition per day, dropped whole past
+        retention (``postgresql/partitions.py``).
+        """
+        return 0
 
     def server_problem(self) -> str | None:
         """Return why this database server cannot run alkstore (its version), or None."""
@@ -430,47 +438,6 @@ class Dialect(ABC):
         """Return the database's clock, timezone-aware."""
         now, now_params = self.now_sql()
         return self.to_datetime(self._fetchall(f"SELECT {now}", now_params)[0][0])  # type: ignore[return-value]
-
-    # --- retention ----------------------------------------------------------------------
-
-    def in_batches(self, batch: Callable[[int], int], size: int | None = None) -> int:
-        """Call ``batch(size)`` again and again, each call its own short write transaction.
-
-        ``batch`` handles at most ``size`` rows (``PRUNE_BATCH_SIZE`` by
-        default) and returns how many it handled; the run ends at the first
-        short batch, after ``PRUNE_MAX_BATCHES`` batches or once
-        ``PRUNE_BUDGET_S`` has passed (what is left waits for the next run).
-        Short transactions keep row locks, SQLite's write lock and the
-        PostgreSQL xmin horizon from being held by a long ``DELETE``. Returns
-        the rows handled.
-        """
-        size = app_settings.prune_batch_size if size is None else size
-        deadline = time.monotonic() + PRUNE_BUDGET_S
-        total = 0
-        for _ in range(PRUNE_MAX_BATCHES):
-            with self.atomic_write():
-                handled = batch(size)
-            total += handled
-            if handled < size or time.monotonic() >= deadline:
-                break
-        return total
-
-    def delete_batch(
-        self, table: str, key: str, where: str, params: Sequence[Any], order_by: str, limit: int
-    ) -> int:
-        """Delete at most ``limit`` rows of ``table`` matching ``where``, first by ``order_by``.
-
-        An index led by ``where``'s equality columns, then ``order_by``, serves
-        it: a batch reads the rows it deletes and no more. ``key`` is the
-        primary key; ``params`` hold the run's cutoff (read once, database
-        clock). Default: ``key IN (SELECT … ORDER BY … LIMIT)``; MySQL, which
-        refuses that subquery on the table it deletes from, overrides it.
-        """
-        sql = (
-            f"DELETE FROM {table} WHERE {key} IN (SELECT {key} FROM {table} WHERE {where} "
-            f"ORDER BY {order_by} LIMIT %s)"
-        )
-        return self._rowcount(sql, [*params, limit])
 
     def _rowcount(self, sql: str, params: Sequence[Any]) -> int:
         with self.connection.cursor() as cursor:

@@ -28,6 +28,19 @@ from .base import (
 )
 
 
+def distinct_queues_sql(table: str) -> str:
+    """Return SQL for the distinct queues of ``table``, sorted, read along its (queue, …) index.
+
+    A loose index scan: one probe per queue, instead of reading every row as
+    ``SELECT DISTINCT`` would.
+    """
+    return (
+        f"WITH RECURSIVE q(queue) AS (SELECT min(queue) FROM {table} UNION ALL "
+        f"SELECT (SELECT min(queue) FROM {table} WHERE queue > q.queue) FROM q "
+        "WHERE q.queue IS NOT NULL) SELECT queue FROM q WHERE queue IS NOT NULL"
+    )
+
+
 class OperatorStatements(Dialect):
     """The operators' statements, written once."""
 
@@ -63,17 +76,8 @@ class OperatorStatements(Dialect):
         return [row[0] for row in self._fetchall(sql, [queue, after_id, limit])]
 
     def dead_queues(self) -> list[str]:
-        """Return the queues that have dead letters, sorted.
-
-        A loose index scan: one probe of the (queue, died_at) index per queue,
-        instead of reading every dead letter as ``SELECT DISTINCT`` would.
-        """
-        sql = (
-            f"WITH RECURSIVE q(queue) AS (SELECT min(queue) FROM {DEAD_TABLE} UNION ALL "
-            f"SELECT (SELECT min(queue) FROM {DEAD_TABLE} WHERE queue > q.queue) FROM q "
-            "WHERE q.queue IS NOT NULL) SELECT queue FROM q WHERE queue IS NOT NULL"
-        )
-        return [row[0] for row in self._fetchall(sql, [])]
+        """Return the queues that have dead letters, sorted (a probe of their index per queue)."""
+        return [row[0] for row in self._fetchall(distinct_queues_sql(DEAD_TABLE), [])]
 
     def release_dead_windows(self, ids: Sequence[int]) -> None:
         """Delete the ``unique_for_s`` windows of the dead letters ``ids`` (before they leave)."""

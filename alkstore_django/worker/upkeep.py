@@ -6,6 +6,7 @@ when its interval has passed:
 
 - ``announce``: this worker's row in the live-worker list, with its counts
   (every third of ``WORKER_TTL_S``);
+- ``tend_partitions``: the dead letters' partitions of the coming days (PostgreSQL);
 - ``expire_jobs``: each of the worker's queues' expired jobs to the dead
   letters, and its dead letters past retention purged (``SWEEP_INTERVAL_S``);
 - ``bury_lapsed``: exhausted lapsed claims of *any* queue to the dead letters
@@ -81,6 +82,11 @@ def announce(worker: Worker, store: Store, queues: Sequence[Queue]) -> None:
         concurrency=worker.concurrency,
         counts=(stats.acked, stats.retried, stats.dead),
     )
+
+
+def tend_partitions(store: Store, queues: Sequence[Queue]) -> None:
+    """Create the dead letters' partitions of the coming days (an engine without them: nothing)."""
+    store.dialect.tend_partitions()
 
 
 def expire_jobs(store: Store, queues: Sequence[Queue]) -> None:
@@ -221,6 +227,7 @@ class Upkeep:
         run_purge_attempts = functools.partial(purge_attempts, self.orphans)
         self.chores = [
             Chore("announce", run_announce, app_settings.worker_ttl_s / 3, False),
+            Chore("tend_partitions", tend_partitions, sweep_interval_s),
             Chore("expire_jobs", expire_jobs, sweep_interval_s),
             Chore("bury_lapsed", bury_lapsed, sweep_interval_s),
             Chore(

@@ -19,7 +19,7 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from alkstore_django import presence, results, store
-from alkstore_django.dialects import base as dialect_base
+from alkstore_django.dialects import batches
 from alkstore_django.history import OrphanSweep, forget_acked
 from alkstore_django.models import (
     Attempt,
@@ -205,7 +205,7 @@ def test_task_result_prune__deletes_the_backends_old_results_in_batches():
 
 @SMALL_BATCHES
 def test_a_prune_run_stops_at_its_batch_cap_and_the_next_run_goes_on(monkeypatch):
-    monkeypatch.setattr(dialect_base, "PRUNE_MAX_BATCHES", 2)
+    monkeypatch.setattr(batches, "PRUNE_MAX_BATCHES", 2)
     JobResult.objects.bulk_create(
         JobResult(job_id=i, queue="q", state="succeeded", attempts=1, finished_at=ago(0),
                   expires_at=ago(60))
@@ -297,7 +297,7 @@ def test_a_worker_deletes_the_history_of_a_job_it_acks_after_a_failed_attempt():
 
 
 def test_orphan_sweep__deletes_exactly_the_orphans_reading_each_row_once_a_pass(monkeypatch):
-    monkeypatch.setattr(dialect_base, "PRUNE_MAX_BATCHES", 3)
+    monkeypatch.setattr(batches, "PRUNE_MAX_BATCHES", 3)
     retained = [DeadJobFactory().id for _ in range(60)]
     add_attempts(retained, per_job=5)  # 300 kept rows: the dead letters' history
     live = store.queue("t.raise").enqueue("p")

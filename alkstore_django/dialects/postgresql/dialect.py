@@ -40,6 +40,7 @@ from ..operators import OperatorStatements
 from ..schedules import ScheduleStatements
 from ..unique import UniqueJobs
 from ..upserts import OnConflictUpserts
+from . import partitions
 from .autovacuum import reset_autovacuum, set_autovacuum
 from .watch import PostgresWatcher
 
@@ -110,6 +111,7 @@ class PostgresDialect(
     supports_skip_locked = True
     supports_listen_notify = True
     supports_update_returning = True
+    supports_dead_letter_partitions = True
 
     def __init__(self, using: str) -> None:
         super().__init__(using)
@@ -351,6 +353,21 @@ class PostgresDialect(
 
     def notify(self, channel: str, payload: str) -> None:
         self._fetchall("SELECT pg_notify(%s, %s)", [channel, payload])
+
+    # --- the dead letters' day partitions (partitions.py) ------------------------------
+
+    def purge_dead(self, queue: str, older_than_s: float) -> int:
+        """Drop the past days whose every dead letter is past retention, then purge the rest.
+
+        The rest goes by the batched purge every engine runs, save the rows
+        of the day that will be dropped whole next (``partitions.spared_s``).
+        Returns how many of ``queue``'s dead letters went, both ways.
+        """
+        dropped = partitions.drop_expired(self, queue, older_than_s)
+        return dropped + super().purge_dead(queue, partitions.spared_s(self, queue, older_than_s))
+
+    def tend_partitions(self) -> int:
+        return partitions.tend(self)
 
     # --- operators --------------------------------------------------------------------
 
