@@ -2,8 +2,9 @@
 
     python bench/run.py [--peers] [--quick] [--runs N] [--engines postgresql,sqlite,mariadb]
                         [--workloads enqueue,drain,controls,latency,backlog,pools,workflows,
-                                     steering,io]
+                                     steering,io,soak]
                         [--baseline TREE]
+                        [--soak-minutes 60] [--soak-rate 1000] [--soak-sample-s 60]
 
 Each figure is the median of N runs (default 3) with the min-max; the command
 prints one table and one JSON line per figure. It creates and migrates its own
@@ -20,6 +21,10 @@ on ``<database>_baseline``), alternating run by run, and, when this tree has
 workflows, the workflow and kept-result rows on this tree in the same rounds
 (and, when it has them, the keyed-drain and progress rows of ``steering``).
 See docs/performance.md.
+
+``soak`` is not among the defaults (it lasts an hour): ``--workloads soak``
+runs bench/soak.py's soak on PostgreSQL after any other workload named, and
+its verdict decides the exit status (see that module and docs/scale.md).
 """
 
 from __future__ import annotations
@@ -191,6 +196,8 @@ class Sizes:
 WORKLOADS = (
     "enqueue", "drain", "controls", "latency", "backlog", "pools", "workflows", "steering", "io",
 )  # fmt: skip
+# Named only: an hour by default (bench/soak.py).
+EXTRA_WORKLOADS = ("soak",)
 # The workloads --peers runs on the peers (the io rows run procrastinate in their own rounds).
 PEER_WORKLOADS = ("enqueue", "drain", "latency")
 
@@ -851,7 +858,15 @@ def print_table(figures: list[Figure]) -> None:
         )
 
 
+def soak_run(args: argparse.Namespace) -> int:
+    """Run bench/soak.py's soak with run.py's ``--soak-*`` options; return its exit status."""
+    from bench.soak import run_soak
+
+    return run_soak(args.soak_minutes, args.soak_rate, args.soak_sample_s, args.soak_json)
+
+
 def main() -> int:
+    sys.path.insert(0, str(ROOT))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--peers", action="store_true", help="Also run the peers and the floor.")
     parser.add_argument("--quick", action="store_true", help="Smaller sizes (about 2 minutes).")
@@ -860,8 +875,11 @@ def main() -> int:
     parser.add_argument(
         "--workloads",
         default=",".join(WORKLOADS),
-        help=f"Which workloads to run (default all: {','.join(WORKLOADS)}).",
+        help=f"Which workloads to run (default all: {','.join(WORKLOADS)}; also: soak).",
     )
+    from bench.soak import add_arguments as add_soak_arguments
+
+    add_soak_arguments(parser, prefix="soak-")
     parser.add_argument(
         "--baseline",
         type=Path,
@@ -872,12 +890,16 @@ def main() -> int:
     )
     args = parser.parse_args()
     workloads = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
-    unknown = sorted(set(workloads) - set(WORKLOADS))
+    unknown = sorted(set(workloads) - set(WORKLOADS) - set(EXTRA_WORKLOADS))
     if unknown:
-        raise SystemExit(f"Unknown workload(s) {unknown}: expected some of {', '.join(WORKLOADS)}.")
+        known = ", ".join(WORKLOADS + EXTRA_WORKLOADS)
+        raise SystemExit(f"Unknown workload(s) {unknown}: expected some of {known}.")
+    soak = "soak" in workloads
+    workloads = tuple(w for w in workloads if w != "soak")
+    if soak and not workloads:
+        return soak_run(args)
     if args.baseline is not None and not (args.baseline / "alkstore_django").is_dir():
         raise SystemExit(f"--baseline {args.baseline}: no alkstore_django package there.")
-    sys.path.insert(0, str(ROOT))
     runs = max(3, args.runs)
     sizes = Sizes.for_mode(args.quick)
     started = time.monotonic()
@@ -918,7 +940,7 @@ def main() -> int:
     print_table(figures)
     for fig in figures:
         print(fig.as_json())
-    return 0
+    return soak_run(args) if soak else 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Bench handlers: a no-op, one that stamps its start for the latency workload, a workflow step.
+"""Bench handlers: the no-op, the latency stamp, a workflow step, the soak's job.
 
 Each handler appends to ``BENCH_MARK_FILE`` (when set): the no-op only once per
 process (the moment this process started draining, and its CPU time so far,
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 
 from alkstore_django import handler
@@ -126,3 +127,44 @@ def workflow_step(job):
         f = _mark_file()
         if f:
             f.write(f"{step} {job.workflow_id} {started!r}\n")
+
+
+class BenchFailure(Exception):
+    """The failure of a bench job marked to fail (the soak's and the sizing's)."""
+
+
+_soak_lock = threading.Lock()
+
+
+@handler("bench.soak")
+def soak(job):
+    """The soak's job (``bench/soak.py``): a no-op that fails every attempt when ``payload["f"]``.
+
+    On its first attempt it appends its pickup (start minus ``enqueued_at``,
+    in ms) to ``BENCH_MARK_FILE`` through an 8 kB buffer: the soak reads the file
+    once a sample, so one buffered write per job is the whole cost.
+    """
+    if job.attempts <= 1:
+        f = _soak_file()
+        if f:
+            line = f"{(time.time() - job.enqueued_at.timestamp()) * 1000:.1f}\n"
+            with _soak_lock:
+                f.write(line)
+    if job.payload.get("f"):
+        raise BenchFailure(f"soak job {job.id} fails every attempt")
+
+
+def _soak_file():
+    f = _marks.get("soak")
+    if f is None:
+        path = os.environ.get("BENCH_MARK_FILE")
+        f = open(path, "a", buffering=8192) if path else False  # noqa: SIM115
+        _marks["soak"] = f
+    return f
+
+
+@handler("bench.size")
+def size_probe(job):
+    """The sizing job (``bench/scale.py sizing``): a no-op, or one failing its first attempt."""
+    if job.payload.get("fail_once") and job.attempts <= 1:
+        raise BenchFailure(f"sizing job {job.id} fails its first attempt")
