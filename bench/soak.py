@@ -16,9 +16,10 @@ created afresh. Three real processes, all with ``bench.soak_settings``:
 
 The retention periods are short so that an hour passes many of them: the
 knobs are the marked dicts of ``bench/soak_settings.py`` (sweep every 15 s;
-dead letters, kept results, finished workflows and, where this tree has the
-settings, attempt history kept 2 minutes). The soak prints which of them this
-tree applied and which it does not know.
+dead letters, kept results, finished workflows and schedule fires kept 2
+minutes, the per-minute counters 10; the attempt history leaves with its
+job). The soak prints which of them this tree applied and which it does not
+know (an earlier tree).
 
 Pickup latency comes from a side channel: the soak's handler, on a job's first
 attempt, appends ``now - enqueued_at`` (ms) to its worker's mark file through a

@@ -24,7 +24,7 @@ from alkstore_django.models import (
 )
 from alkstore_django.throughput import prune_throughput
 from tests.factories import DEAD_ID_BASE
-from tests.helpers import db_now
+from tests.helpers import DIALECT, db_now
 
 # ANALYZE TABLE commits on MariaDB/MySQL: those tests flush the tables instead.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -157,6 +157,12 @@ def test_dead_letter_purge__reads_its_batch_on_a_died_at_index():
     table = DeadJob._meta.db_table
     select = ran(lambda: store.dialect.purge_dead("dead.q", 7 * 86_400), table, verb="SELECT")
     assert "ORDER BY died_at" in select
+    plan = explain(select)
+    if DIALECT.supports_dead_letter_partitions:
+        # Day partitions (PostgreSQL): the kept rows' day is pruned from the plan;
+        # what is read is the partition of the old rows, which all go.
+        assert f"{table}_p{now:%Y%m%d}" not in plan, plan
+        return
     # With one queue in the table, a planner may walk alk_dead_died and filter
     # the queue: the same rows read, the few that die.
-    assert_uses(("alk_dead_queue_died", "alk_dead_died"), table, explain(select))
+    assert_uses(("alk_dead_queue_died", "alk_dead_died"), table, plan)
