@@ -392,6 +392,13 @@ def schedules_runner(owner: str | None = None) -> LoopThread:
     return LoopThread(run_schedules, owner=owner)
 
 
+def run_python(python: str, env, code: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run ``code`` in a child Python with ``env``; return it finished (stdout, stderr as text)."""
+    return subprocess.run(
+        [python, "-c", code], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
 def manage(env, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """Run ``python -m django *args`` in ``env`` and return the finished process (text output)."""
     return subprocess.run(

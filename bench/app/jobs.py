@@ -27,12 +27,13 @@ except ImportError:  # an earlier checkout run by --baseline has no run context
 _marks: dict[str, object] = {}
 
 
-def _mark_file():
-    f = _marks.get("file")
+def _mark_file(key: str = "file", buffering: int = 1):
+    """The worker's mark file (``BENCH_MARK_FILE``), opened once per ``key``; False without one."""
+    f = _marks.get(key)
     if f is None:
         path = os.environ.get("BENCH_MARK_FILE")
-        f = open(path, "a", buffering=1) if path else False  # noqa: SIM115
-        _marks["file"] = f
+        f = open(path, "a", buffering=buffering) if path else False  # noqa: SIM115
+        _marks[key] = f
     return f
 
 
@@ -145,22 +146,13 @@ def soak(job):
     once a sample, so one buffered write per job is the whole cost.
     """
     if job.attempts <= 1:
-        f = _soak_file()
+        f = _mark_file("soak", buffering=8192)
         if f:
             line = f"{(time.time() - job.enqueued_at.timestamp()) * 1000:.1f}\n"
             with _soak_lock:
                 f.write(line)
     if job.payload.get("f"):
         raise BenchFailure(f"soak job {job.id} fails every attempt")
-
-
-def _soak_file():
-    f = _marks.get("soak")
-    if f is None:
-        path = os.environ.get("BENCH_MARK_FILE")
-        f = open(path, "a", buffering=8192) if path else False  # noqa: SIM115
-        _marks["soak"] = f
-    return f
 
 
 @handler("bench.size")

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 from django.db import connection
 
 from alkstore_django.models import DeadJob
-from tests.helpers import needs
+from tests.helpers import needs, run_python
 
 partitioned = needs(
     "supports_dead_letter_partitions",
@@ -84,13 +83,7 @@ print(json.dumps(dict(forward=forward, back=back, again=again, today=today.isofo
 def test_migration__partitions_a_table_with_rows_by_day_and_reverses(
     python, subprocess_env, empty_database_url
 ):
-    done = subprocess.run(
-        [python, "-c", ROUND_TRIP],
-        env={**subprocess_env, "DATABASE_URL": empty_database_url},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    done = run_python(python, {**subprocess_env, "DATABASE_URL": empty_database_url}, ROUND_TRIP)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     forward, back, again = seen["forward"], seen["back"], seen["again"]

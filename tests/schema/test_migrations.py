@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import io
-import subprocess
 
 import pytest
 from django.core.management import call_command
+
+from tests.helpers import run_python
 
 
 # The shard too: the router lets alkstore migrate there (tests/settings.py).
@@ -42,12 +43,6 @@ def test_unique_jobs_migration__reverses_and_reapplies_cleanly(
 ):
     # On MariaDB/MySQL dropping unique_key alone would leave alk_job_unique as
     # a unique index on queue (one job per queue): the reverse step drops it.
-    done = subprocess.run(
-        [python, "-c", ROUND_TRIP],
-        env={**subprocess_env, "DATABASE_URL": empty_database_url},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    done = run_python(python, {**subprocess_env, "DATABASE_URL": empty_database_url}, ROUND_TRIP)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["2", "True"]
