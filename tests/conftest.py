@@ -79,6 +79,8 @@ def subprocess_env() -> dict[str, str]:
             connections["direct"].settings_dict["NAME"], connection.settings_dict["NAME"]
         )
     env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    # A child has no "shard" alias unless its settings add it (tests/settings.py).
+    env["ALKSTORE_TEST_CHILD"] = "1"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -42,11 +42,15 @@ def beside(suffix: str) -> dict[str, object]:
     return other
 
 
-# A shard, for tests/integration/test_databases.py (which routes the queue "sharded" there).
-DATABASES["shard"] = beside("shard")
 # ALKSTORE_TEST_QUEUE_DATABASE=1 (scripts/test.sh's "queue database" run): alkstore's
 # tables on a database of their own beside the site's, through the router (docs/scale.md).
 QUEUE_DATABASE = os.environ.get("ALKSTORE_TEST_QUEUE_DATABASE") == "1"
+# A shard, for tests/integration/test_databases.py (which routes the queue "sharded"
+# there). Not in a test's child process (conftest's subprocess_env), whose system
+# checks would connect to it (MySQL asks each alias's server about JSON), unless
+# routed to: a child that needs it adds it, DATABASES["shard"] = beside("shard").
+if os.environ.get("ALKSTORE_TEST_CHILD") != "1" or QUEUE_DATABASE:
+    DATABASES["shard"] = beside("shard")
 if QUEUE_DATABASE:
     DATABASES["queues"] = beside("queues")
     DATABASE_ROUTERS = ["alkstore_django.routers.AlkstoreRouter"]

@@ -38,10 +38,15 @@ SHARDED = "sharded"
 ALIASES = [*dict.fromkeys([app_settings.database, "default", "shard"])]
 pytestmark = pytest.mark.django_db(transaction=True, databases=ALIASES)
 
-ROUTED_VARIANT = """
+# A child's settings have no shard unless they add it (tests/settings.py).
+WITH_SHARD = 'DATABASES["shard"] = beside("shard")\n'
+ROUTED_VARIANT = (
+    WITH_SHARD
+    + """
 INSTALLED_APPS = [*INSTALLED_APPS, "alk_shard"]
 ALKSTORE = {**ALKSTORE, "QUEUES": {"sharded": {"database": "shard"}}}
 """
+)
 SHARD_APP = {
     "alk_shard/__init__.py": "",
     "alk_shard/jobs.py": """
@@ -136,9 +141,10 @@ def test_runworker__drains_queues_on_two_aliases_in_one_process(settings_variant
     assert out.count("worker started") == 2
 
 
-def test_runworker_database__serves_the_unrouted_queues_of_that_alias(subprocess_env):
+def test_runworker_database__serves_the_unrouted_queues_of_that_alias(settings_variant):
     job_id = get_store("shard").queue("t.record").enqueue("p")
-    code, out = runworker(subprocess_env, "--queue", "t.record", "--database", "shard", "--burst")
+    env = settings_variant(WITH_SHARD)
+    code, out = runworker(env, "--queue", "t.record", "--database", "shard", "--burst")
     assert code == 0, out
     assert Run.objects.filter(job_id=job_id, queue="t.record").exists()
     assert live_on("shard", "t.record") == 0
