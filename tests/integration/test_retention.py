@@ -13,7 +13,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connections
 from django.db.models.functions import Now
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
@@ -44,6 +44,7 @@ from tests.helpers import (
     ALKSTORE_DB,
     ROUTING,
     age_dead,
+    alkstore_connection,
     db_now,
     make_due,
     mysql_only,
@@ -94,7 +95,7 @@ def test_results_prune__deletes_the_expired_in_batches_and_keeps_the_rest():
         )
         for i in range(8)
     )
-    with CaptureQueriesContext(connection) as captured:
+    with CaptureQueriesContext(alkstore_connection()) as captured:
         assert results.prune(store) == 5
     assert deletes(captured) == 3  # 2 + 2 + 1: the short batch ends the run
     assert sorted(JobResult.objects.values_list("job_id", flat=True)) == [5, 6, 7]
@@ -108,8 +109,8 @@ def test_throughput_prune__deletes_counters_past_the_retention_in_batches():
         for i in range(5)
     )
     OutcomeMinute.objects.create(queue="q", minute=now, acked=1)
-    with CaptureQueriesContext(connection) as captured:
-        assert prune_throughput(connection.alias) == 5
+    with CaptureQueriesContext(alkstore_connection()) as captured:
+        assert prune_throughput(ALKSTORE_DB) == 5
     assert deletes(captured) == 3
     assert list(OutcomeMinute.objects.values_list("minute", flat=True)) == [now]
 
@@ -119,7 +120,7 @@ def test_throughput_prune__follows_the_retention_setting():
     now = db_now().replace(second=0, microsecond=0)
     OutcomeMinute.objects.create(queue="q", minute=now - timedelta(minutes=5), acked=1)
     OutcomeMinute.objects.create(queue="q", minute=now, acked=1)
-    assert prune_throughput(connection.alias) == 1
+    assert prune_throughput(ALKSTORE_DB) == 1
 
 
 @SMALL_BATCHES
@@ -130,7 +131,7 @@ def test_worker_purge__deletes_long_silent_workers_in_batches():
     LiveWorker.objects.update(last_seen_at=Now() - timedelta(hours=1))
     presence.announce(ALKSTORE_DB, "alive", queues=["q"], pool="threads", concurrency=1,
                       counts=(0, 0, 0))  # fmt: skip
-    with CaptureQueriesContext(connection) as captured:
+    with CaptureQueriesContext(alkstore_connection()) as captured:
         assert presence.purge_gone(ALKSTORE_DB) == 5
     assert deletes(captured) == 3
     assert list(LiveWorker.objects.values_list("worker_id", flat=True)) == ["alive"]
@@ -146,7 +147,7 @@ def test_window_purge__deletes_ended_windows_of_the_queue_in_batches():
             + [("w.q", timedelta(hours=1)), ("w.other", timedelta(seconds=-5))]
         )
     )
-    with CaptureQueriesContext(connection) as captured:
+    with CaptureQueriesContext(alkstore_connection()) as captured:
         assert store.dialect.purge_windows("w.q") == 5
     assert deletes(captured) == 3
     assert sorted(UniqueWindow.objects.values_list("unique_key", flat=True)) == ["k5", "k6"]
@@ -197,7 +198,7 @@ def test_task_result_prune__deletes_the_backends_old_results_in_batches():
                    finished_at=now - timedelta(days=days), status="SUCCESSFUL")
         for i, (backend, days) in enumerate(rows)
     )  # fmt: skip
-    with CaptureQueriesContext(connection) as captured:
+    with CaptureQueriesContext(alkstore_connection()) as captured:
         assert prune_results(task_backends["default"]) == 3  # kept 7 days by default
     assert deletes(captured) == 2
     assert sorted(TaskResult.objects.values_list("id", flat=True)) == [3, 4]
@@ -244,7 +245,7 @@ def test_dead_letter_purge__deletes_old_dead_letters_with_their_history_in_batch
         age_dead(job_id, 8 * 86_400)
     age_dead(kept[1], 8 * 86_400)  # another queue's: not this queue's purge
     add_attempts(old + kept, per_job=2)
-    with CaptureQueriesContext(connection) as captured:
+    with CaptureQueriesContext(alkstore_connection()) as captured:
         assert store.queue("dead.q").sweep_expired().purged == 5
     # Each batch: its windows, its attempts, its dead letters (3 batches: 2, 2, 1).
     history = [q for q in captured.captured_queries if Attempt._meta.db_table in q["sql"]]
@@ -269,7 +270,7 @@ def test_forget_acked__jobs_that_never_failed_cost_no_statement():
     job = JobRecord.__new__(JobRecord)
     object.__setattr__(job, "id", 1)
     object.__setattr__(job, "attempts", 1)
-    with CaptureQueriesContext(connection) as captured:
+    with CaptureQueriesContext(alkstore_connection()) as captured:
         assert forget_acked(ALKSTORE_DB, [job]) == 0
     assert captured.captured_queries == []
 
@@ -326,12 +327,12 @@ def test_orphan_sweep__deletes_exactly_the_orphans_reading_each_row_once_a_pass(
 def test_orphan_sweep__reads_an_index_range_of_its_batch_not_the_retained_table():
     retained = [DeadJobFactory().id for _ in range(200)]
     add_attempts(retained, per_job=10)
-    with connection.cursor() as cursor:
+    with alkstore_connection().cursor() as cursor:
         cursor.execute(f"ANALYZE {Attempt._meta.db_table}")
-    with CaptureQueriesContext(connection) as captured:
+    with CaptureQueriesContext(alkstore_connection()) as captured:
         store.dialect.attempts_after(0, 50)
     sql = captured.captured_queries[-1]["sql"]  # its parameters inlined
-    with connection.cursor() as cursor:
+    with alkstore_connection().cursor() as cursor:
         cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")
         plan = cursor.fetchone()[0]
     text = json.dumps(plan)
@@ -389,7 +390,7 @@ def test_two_workers_asking_at_once__one_leads():
     def ask(worker: Worker) -> None:
         barrier.wait()
         led.append(worker.upkeep.leadership.held())
-        connection.close()
+        connections.close_all()
 
     threads = [threading.Thread(target=ask, args=(w,)) for w in workers]
     for thread in threads:
