@@ -31,14 +31,29 @@ elif DATABASES["default"]["ENGINE"].endswith("mysql"):
 DATABASES["legacy"] = {"ENGINE": "django.db.backends.dummy"}
 
 
+if os.environ.get("DIRECT_DATABASE_URL"):
+    # Behind a transaction-mode pooler (scripts/test.sh's pgbouncer run), as
+    # docs/deployment.md advises: no server-side cursors or named prepared
+    # statements through the pooler, and LISTEN over a direct connection.
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    DATABASES["direct"] = env.db("DIRECT_DATABASE_URL")
+    DATABASES["direct"]["TEST"] = {"MIRROR": "default"}
+
+
 def beside(suffix: str) -> dict[str, object]:
-    """Return a database like ``default``'s, on the same server, named with ``suffix``."""
-    other = {**DATABASES["default"], "NAME": f"{DATABASES['default']['NAME']}_{suffix}"}
+    """Return a database like ``default``'s, on the same server, named with ``suffix``.
+
+    Behind the pooler it is a direct connection: its test database is created
+    and dropped there, which PgBouncer's held server sessions would refuse.
+    """
+    like = DATABASES.get("direct", DATABASES["default"])
+    other = {**like, "NAME": f"{like['NAME']}_{suffix}"}
     if other["ENGINE"].endswith("sqlite3"):
-        name = str(DATABASES["default"]["NAME"]).removesuffix(".sqlite3") + f"_{suffix}.sqlite3"
+        name = str(like["NAME"]).removesuffix(".sqlite3") + f"_{suffix}.sqlite3"
         other.update(NAME=name, TEST={"NAME": name})
-    elif "TEST" in other:
-        other["TEST"] = {k: v for k, v in other["TEST"].items() if k != "NAME"}
+    else:
+        kept = ("CHARSET", "COLLATION")
+        other["TEST"] = {k: v for k, v in other.get("TEST", {}).items() if k in kept}
     return other
 
 
@@ -54,14 +69,6 @@ if os.environ.get("ALKSTORE_TEST_CHILD") != "1" or QUEUE_DATABASE:
 if QUEUE_DATABASE:
     DATABASES["queues"] = beside("queues")
     DATABASE_ROUTERS = ["alkstore_django.routers.AlkstoreRouter"]
-
-if os.environ.get("DIRECT_DATABASE_URL"):
-    # Behind a transaction-mode pooler (scripts/test.sh's pgbouncer run), as
-    # docs/deployment.md advises: no server-side cursors or named prepared
-    # statements through the pooler, and LISTEN over a direct connection.
-    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
-    DATABASES["direct"] = env.db("DIRECT_DATABASE_URL")
-    DATABASES["direct"]["TEST"] = {"MIRROR": "default"}
 
 SECRET_KEY = "alkstore-tests-not-secret"
 DEBUG = False
