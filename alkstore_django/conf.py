@@ -28,6 +28,12 @@ DEFAULT_THROUGHPUT_RETENTION_S = 86_400.0
 DEFAULT_SCHEDULE_FIRE_RETENTION_S = 2_592_000.0
 # The SQLite file watch: how often a worker asks PRAGMA data_version.
 DEFAULT_SQLITE_WATCH_INTERVAL_S = 0.005
+# After a queue's wake-up commits, one process sends no other for that queue
+# this long (PostgreSQL): every commit that notifies takes the server's one
+# notification lock, which serialized concurrent enqueuers. Workers claim again
+# this long after each wake-up they hear, so no job waits on the saving.
+DEFAULT_NOTIFY_COALESCE_S = 0.005
+MAX_NOTIFY_COALESCE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,7 @@ SETTING_KEYS = frozenset(
         "PRUNE_BATCH_SIZE",
         "THROUGHPUT_RETENTION_S",
         "SCHEDULE_FIRE_RETENTION_S",
+        "NOTIFY_COALESCE_S",
     }
 )
 
@@ -173,6 +180,11 @@ class AlkstoreSettings:
     def schedule_fire_retention_s(self) -> float:
         """How long the boundary a scheduled job was fired for stays readable (``fired_for``)."""
         return float(self.raw.get("SCHEDULE_FIRE_RETENTION_S", DEFAULT_SCHEDULE_FIRE_RETENTION_S))
+
+    @property
+    def notify_coalesce_s(self) -> float:
+        """How long after a committed wake-up a process sends no other for the queue."""
+        return float(self.raw.get("NOTIFY_COALESCE_S", DEFAULT_NOTIFY_COALESCE_S))
 
     @property
     def schedules(self) -> dict[str, dict[str, Any]]:

@@ -9,7 +9,7 @@ queue's channel is ``channel_for(queue)``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from threading import Event
 from typing import TYPE_CHECKING
 
@@ -97,14 +97,15 @@ def watch_queues(
     halt: Event,
     controls: Event,
     cancels: Event | None = None,
+    heard: Callable[[], None] | None = None,
 ) -> None:
     """Set ``wake`` whenever something may have arrived on ``queues``, until ``halt`` is set.
 
     The body of a worker's watcher thread. ``controls`` is set too when one
     of the queues was paused or resumed, and ``cancels`` when a job of one
-    was asked to cancel (where the engine carries payloads). A watcher that
-    fails is closed and reopened a second later; meanwhile the worker's poll
-    finds the jobs and the requests.
+    was asked to cancel (where the engine carries payloads); ``heard`` is
+    called before each wake-up. A watcher that fails is closed and reopened a
+    second later; meanwhile the worker's poll finds the jobs and the requests.
     """
     watcher: Watcher | None = None
     channels = [q.channel for q in queues]
@@ -118,6 +119,8 @@ def watch_queues(
             if cancels is not None and any(p.startswith(CANCEL_PAYLOAD_PREFIX) for p in payloads):
                 cancels.set()
             if woken:
+                if heard is not None:
+                    heard()
                 wake.set()
         except Exception:
             logger.warning("wake-up watcher failed; relying on polling", exc_info=True)

@@ -164,6 +164,14 @@ class Worker:
         self._rr = 0
         self._db_failures = 0
         self._next_limit_check = 0.0
+        # Producers leave a queue's wake-up out for NOTIFY_COALESCE_S after one
+        # they sent (dialects/postgresql/wakeups.py): a claim that starts that
+        # long after each wake-up heard finds what they left unannounced.
+        dialect = self.store.dialect
+        self.coalesce_s = app_settings.notify_coalesce_s if dialect.supports_listen_notify else 0.0
+        # Written by the watcher's thread only; read with when the last claims began.
+        self.heard_at = float("-inf")
+        self._filled_at = 0.0
 
     @property
     def stats(self) -> WorkerStats:
@@ -257,6 +265,7 @@ class Worker:
             self.cancels.check_due()
         self.controls.read_if_due(self.store)
         self.upkeep.run_due(self._queues)
+        self._filled_at = time.monotonic()
         claimed, drained = self._fill()
         self.completer.flush_acks(force=drained)
         if claimed and not drained:
@@ -274,6 +283,9 @@ class Worker:
             timeout = min(timeout, release_s)
         if self.completer.acks:
             timeout = min(timeout, ACK_LINGER_S)
+        recheck_at = self.heard_at + self.coalesce_s
+        if recheck_at > self._filled_at:
+            timeout = min(timeout, recheck_at - time.monotonic())
         if drained and len(self.holdings) < self.capacity:
             due = self.store.dialect.next_due_at([q.name for q in self._queues])
             if due is not None:
@@ -343,8 +355,13 @@ class Worker:
             self._halt,
             self.controls.changed,
             self.cancels.heard,
+            self.heard if self.coalesce_s else None,
         )
         tidy_connections(connections.close_all)
+
+    def heard(self) -> None:
+        """Note a wake-up heard (the watcher's thread): claim again a window later."""
+        self.heard_at = time.monotonic()
 
     # --- outages ---------------------------------------------------------------
 

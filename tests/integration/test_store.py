@@ -96,6 +96,9 @@ def test_checks__pass_for_a_good_configuration():
         ({"POLL_INTERVAL_S": -1}, "ALKSTORE['POLL_INTERVAL_S']", "alkstore.E004"),
         ({"POLL_INTERVAL_S": True}, "ALKSTORE['POLL_INTERVAL_S']", "alkstore.E004"),
         ({"MAX_PAYLOAD_BYTES": "1MB"}, "ALKSTORE['MAX_PAYLOAD_BYTES']", "alkstore.E005"),
+        ({"NOTIFY_COALESCE_S": -0.001}, "ALKSTORE['NOTIFY_COALESCE_S']", "alkstore.E015"),
+        ({"NOTIFY_COALESCE_S": 2}, "ALKSTORE['NOTIFY_COALESCE_S'] is 2", "alkstore.E015"),
+        ({"NOTIFY_COALESCE_S": False}, "ALKSTORE['NOTIFY_COALESCE_S']", "alkstore.E015"),
         (
             {"QUEUES": {"q": {"max_running": 0}}},
             "['max_running']: Invalid max_running 0",
@@ -115,6 +118,11 @@ def test_checks__name_the_bad_key(alkstore, shown, check_id):
 def test_checks__report_a_bad_max_running_and_rate_each_on_its_own():
     found = messages(QUEUES={"q": {"max_running": -1, "rate": "fast", "max_attempts": 2}})
     assert [m.id for m in found] == ["alkstore.E011", "alkstore.E012"]
+
+
+@pytest.mark.parametrize("seconds", [0, 0.0, 0.005, 1])
+def test_checks__accept_a_notify_window_from_0_to_a_second(seconds):
+    assert messages(NOTIFY_COALESCE_S=seconds) == []
 
 
 def test_checks__accept_good_limits():

@@ -9,14 +9,16 @@ and without planner statistics (ANALYZE). On MariaDB/MySQL the claim is the
 
 from __future__ import annotations
 
+import contextlib
 import re
+from contextlib import contextmanager
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from alkstore_django import store
-from tests.helpers import analyze_tables, fill_pending, lapse_claim
+from tests.helpers import analyze_tables, fill_pending, lapse_claim, postgres_only
 
 # ANALYZE TABLE commits implicitly on MariaDB/MySQL, so a rolled-back test
 # would leave its backlog behind there: those tests flush the tables instead.
@@ -48,25 +50,34 @@ def claim_statements(q):
 
     Statements sent through Django's cursor arrive with their parameters
     inlined (params None); server-side prepared ones (PostgreSQL's hot path)
-    are caught at ``fetch_prepared`` with their parameters.
+    are caught with their parameters (``caught_prepared``).
     """
-    prepared = []
-    dialect_class = type(store.dialect)
-    original = getattr(dialect_class, "fetch_prepared", None)
-
-    def spy(self, sql, params):
-        prepared.append((sql, list(params)))
-        return original(self, sql, params)
-
-    with pytest.MonkeyPatch.context() as patch, CaptureQueriesContext(connection) as captured:
-        if original is not None:
-            patch.setattr(dialect_class, "fetch_prepared", spy)
+    with caught_prepared() as prepared, CaptureQueriesContext(connection) as captured:
         assert len(q.claim_batch("w", 5)) == 5
     statements = [(c["sql"], None) for c in captured.captured_queries] + prepared
     lapse = [s for s in statements if "claim_expires_at <=" in s[0] and "'processing'" in s[0]]
     claim = [s for s in statements if "'pending'" in s[0] and CLAIM_ORDER.search(s[0])]
     assert lapse and claim, statements
     return lapse[0], claim[-1]
+
+
+@contextmanager
+def caught_prepared():
+    """Collect the (sql, params) the dialect runs as prepared statements, while they run."""
+    prepared = []
+    dialect_class = type(store.dialect)
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("fetch_prepared", "fetch_generic"):
+            original = getattr(dialect_class, name, None)
+            if original is None:
+                continue
+
+            def spy(self, sql, params, _original=original, **kwargs):
+                prepared.append((sql, list(params)))
+                return _original(self, sql, params, **kwargs)
+
+            patch.setattr(dialect_class, name, spy)
+        yield prepared
 
 
 def plans(statement):
@@ -178,17 +189,7 @@ def test_fenced_acks__find_their_rows_by_primary_key_behind_many_claims_in_fligh
     for _ in range(10):
         held += q.claim_batch("w", 100)
     fences = [(h.job.id, h.job.generation) for h in held[:32]]
-    prepared = []
-    dialect_class = type(store.dialect)
-    original = getattr(dialect_class, "fetch_prepared", None)
-
-    def spy(self, sql, params, **kwargs):
-        prepared.append((sql, list(params)))
-        return original(self, sql, params, **kwargs)
-
-    with pytest.MonkeyPatch.context() as patch, CaptureQueriesContext(connection) as captured:
-        if original is not None:
-            patch.setattr(dialect_class, "fetch_prepared", spy)
+    with caught_prepared() as prepared, CaptureQueriesContext(connection) as captured:
         acked, _, _ = q.ack_and_claim("w", 32, fences)
     assert sorted(acked) == sorted(f[0] for f in fences)
     statements = [(c["sql"], None) for c in captured.captured_queries] + prepared
@@ -199,3 +200,76 @@ def test_fenced_acks__find_their_rows_by_primary_key_behind_many_claims_in_fligh
             text = text[text.index("CTE acked") : text.index("CTE lapsed")]
         assert "alk_job_lapse" not in text, text
         assert_no_full_scan(text)
+
+
+@postgres_only(
+    "SQLite plans each statement as it prepares it, and MariaDB/MySQL's client binds "
+    "values client-side: neither keeps a plan across calls to re-make"
+)
+@pytest.mark.skipif(
+    bool(connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")),
+    reason="behind a transaction-mode pooler nothing is prepared: each claim is planned afresh",
+)
+@pytest.mark.django_db(transaction=True)
+def test_worker_claim__runs_its_generic_plan_from_the_first_cycle_with_a_backlog_analyzed():
+    # Statistics showing a backlog (what autovacuum's ANALYZE leaves) made
+    # PostgreSQL judge the generic plan dearer than a custom one and plan the
+    # claim afresh on every cycle: 0 generic plans and 1 custom plan a call.
+    fill_pending("backlog", BACKLOG)
+    q = store.queue("target")
+    q.enqueue_many(range(200))
+    analyze_tables()
+    fences = []
+    for _ in range(12):
+        # The worker's cycle, in autocommit as the worker runs it.
+        acked, handles, _ = q.ack_and_claim("w", 8, fences)
+        assert sorted(acked) == sorted(f[0] for f in fences)
+        fences = [(h.job.id, h.job.generation) for h in handles]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE %s",
+            ["%FOR UPDATE SKIP LOCKED%"],
+        )
+        counts = cursor.fetchall()
+    assert counts == [(12, 0)], counts
+
+
+@pytest.mark.parametrize("n", [32, 100])
+def test_fenced_acks__look_generations_up_without_a_join_at_any_batch(n):
+    # A join on unnest(ids, generations) was a nested loop that re-read the
+    # function's rows for every row acked: its cost grew with the square of the batch.
+    q = store.queue("target")
+    q.enqueue_many(range(n))
+    fences = [(h.job.id, h.job.generation) for h in q.claim_batch("w", n)]
+    with caught_prepared() as prepared, CaptureQueriesContext(connection) as captured:
+        acked, _, _ = q.ack_and_claim("w", 1, fences)
+    assert sorted(acked) == sorted(f[0] for f in fences)
+    statements = [(c["sql"], None) for c in captured.captured_queries] + prepared
+    [ack] = [s for s in statements if "DELETE" in s[0] and "generation" in s[0]][:1]
+    for text in plans(ack):
+        if "CTE acked" in text:
+            text = text[text.index("CTE acked") : text.index("CTE lapsed")]
+        assert "Function Scan" not in text, text
+        assert "Nested Loop" not in text, text
+
+
+@postgres_only("the named claim statement and psycopg's deallocation are PostgreSQL's")
+@pytest.mark.skipif(
+    bool(connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")),
+    reason="behind a transaction-mode pooler nothing is prepared by name",
+)
+@pytest.mark.django_db(transaction=True)
+def test_worker_claim__is_prepared_again_after_a_rollback_deallocated_it():
+    # psycopg runs DEALLOCATE ALL after a rollback on a connection where it
+    # prepared statements of its own (enqueue's): the claim's named statement goes too.
+    q = store.queue("target")
+    q.enqueue_many(range(4))
+    assert len(q.ack_and_claim("w", 2, [])[1]) == 2
+    with contextlib.suppress(RuntimeError), transaction.atomic():
+        q.enqueue("rolled back")
+        raise RuntimeError
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'alk_%%'")
+        assert cursor.fetchone() == (0,)
+    assert len(q.ack_and_claim("w", 2, [])[1]) == 2

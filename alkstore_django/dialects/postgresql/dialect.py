@@ -8,12 +8,16 @@ statement would not follow the next transaction to its server connection.
 
 from __future__ import annotations
 
+import re
 import threading
+import time
+import zlib
 from collections.abc import Sequence
-from functools import cache, cached_property
+from functools import cache, cached_property, partial
 from typing import Any
 
 from django.core import checks
+from django.db import transaction
 
 from ...conf import app_settings
 from ...records import EnqueueStamps
@@ -42,6 +46,7 @@ from ..unique import UniqueJobs
 from ..upserts import OnConflictUpserts
 from . import partitions
 from .autovacuum import reset_autovacuum, set_autovacuum
+from .wakeups import Wakeups
 from .watch import PostgresWatcher
 
 NOW = "statement_timestamp()"
@@ -53,17 +58,39 @@ NEVER_AUTO_PREPARE = 2**62
 # ack of 32 jobs cost more with every job run since (a third of a claim's
 # round trip after 20,000 jobs). The ids find their rows by primary key.
 LIVE_CLAIM = f"(j.state = 'processing' AND j.claim_expires_at > {NOW}) IS TRUE"
-# Delete the rows still under the claims (id, generation) given by a worker.
-# id = ANY() steers the planner to the primary key whatever it guesses for unnest().
+# Delete the rows still under the claims given by a worker: %s ids, then the
+# fences as a JSON object {"id": generation}. The ids find the rows by primary
+# key; each row's generation is then looked up in the object (a binary search
+# of its keys), so the ack stays linear in the batch. A join on
+# unnest(ids, generations) re-read the function's rows for every row: an ack of
+# 100 cost twice as much per job as an ack of 32, and one of 1,000 fifty times.
 FENCED_ACK = (
-    f"DELETE FROM {JOB_TABLE} j USING unnest(%s::bigint[], %s::bigint[]) AS f(id, generation) "
-    "WHERE j.id = ANY(%s::bigint[]) AND j.id = f.id AND j.generation = f.generation "
+    f"DELETE FROM {JOB_TABLE} j WHERE j.id = ANY(%s::bigint[]) "
+    "AND j.generation = (%s::jsonb ->> j.id::text)::bigint "
     f"AND j.worker_id = %s AND {LIVE_CLAIM} RETURNING j.id"
 )
+# The claim runs on its generic plan, made once per connection: with statistics
+# showing rows in the job table (what autovacuum's ANALYZE leaves behind a
+# backlog), PostgreSQL judged the generic plan dearer than a custom one (a
+# parameter LIMIT is costed as a tenth of the table) and planned the statement
+# afresh on every call, 0.6-1.6 ms a cycle. SET LOCAL scopes the mode to the
+# claim's own transaction. tests/schema/test_query_plans.py pins the plan.
+GENERIC_PLAN = "SET LOCAL plan_cache_mode = force_generic_plan; "
 
 
 def _plus(base: str, seconds: str) -> str:
     return f"({base} + make_interval(secs => {seconds}))"
+
+
+def fence_object(fences: Sequence[tuple[int, int]]) -> str:
+    """Return ``FENCED_ACK``'s fences as the JSON object it looks generations up in."""
+    return "{" + ",".join(f'"{job_id}":{generation}' for job_id, generation in fences) + "}"
+
+
+def numbered(sql: str) -> str:
+    """Return ``sql`` with its ``%s`` marks as ``$1``, ``$2``…, as ``PREPARE`` takes it."""
+    marks = iter(range(1, sql.count("%s") + 1))
+    return re.sub(r"%s", lambda _: f"${next(marks)}", sql).replace("%%", "%")
 
 
 def _row_values(when: str, expires: bool) -> str:
@@ -74,23 +101,26 @@ def _row_values(when: str, expires: bool) -> str:
 
 
 @cache
-def _enqueue_sql(single: bool, when: str, expires: bool) -> str:
+def _enqueue_sql(single: bool, when: str, expires: bool, notify: bool) -> str:
     """The enqueue statement for one shape of batch (a handful exist; each is prepared once).
 
     One statement writes the rows and queues the wake-up, so they commit
     together; a notification sent inside the caller's transaction is
     delivered only on commit, and PostgreSQL folds repeats into one. One row
     returns its id and notifies in ``RETURNING``; many rows go through a CTE so
-    the ids come back in payload order and ``pg_notify`` runs once.
+    the ids come back in payload order and ``pg_notify`` runs once. Without
+    ``notify`` the wake-up is left to a recent one (``wakeups.py``).
     """
     columns = f"INSERT INTO {JOB_TABLE} ({ENQUEUE_COLUMNS})"
     values = _row_values(when, expires)
     if single:
-        return f"{columns} VALUES (%s, %s::jsonb, {values}) RETURNING id, pg_notify(%s, '')"
+        wake = ", pg_notify(%s, '')" if notify else ""
+        return f"{columns} VALUES (%s, %s::jsonb, {values}) RETURNING id{wake}"
+    wake = ", (SELECT pg_notify(%s, '')) AS n" if notify else ""
     return (
         f"WITH ins AS ({columns} SELECT %s, u.p::jsonb, {values} "
         "FROM unnest(%s::text[]) WITH ORDINALITY AS u(p, o) ORDER BY u.o RETURNING id) "
-        "SELECT ins.id FROM ins, (SELECT pg_notify(%s, '')) AS n ORDER BY ins.id"
+        f"SELECT ins.id FROM ins{wake} ORDER BY ins.id"
     )
 
 
@@ -116,6 +146,7 @@ class PostgresDialect(
     def __init__(self, using: str) -> None:
         super().__init__(using)
         self._cursors = threading.local()
+        self.wakeups = Wakeups()
 
     @classmethod
     def tune_storage(cls, schema_editor: Any) -> None:
@@ -219,6 +250,50 @@ class PostgresDialect(
                 if not keep_cursor:
                     cursor.close()
 
+    def fetch_generic(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Run ``sql`` on the generic plan of a statement prepared once per connection.
+
+        For the claim, whose custom plans cost more to make than to run
+        (``GENERIC_PLAN``). The statement is prepared by name on each
+        connection and run as ``EXECUTE`` with its values quoted client-side,
+        in one simple query after the ``SET LOCAL`` that forces its generic
+        plan: one implicit transaction, so the mode ends with the claim.
+        psycopg deallocates every prepared statement after a rollback on the
+        connection; the claim then fails before it has done anything and is
+        prepared again. Inside a caller's transaction (where a failure would
+        abort it) and behind a transaction-mode pooler (where nothing can be
+        prepared by name) it runs through ``fetch_prepared``, planned as
+        PostgreSQL chooses.
+        """
+        import psycopg
+
+        wrapper = self.connection
+        wrapper.ensure_connection()
+        raw = wrapper.connection
+        if (
+            wrapper.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
+            or raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+        ):
+            return self.fetch_prepared(sql, params)
+        kept = getattr(self._cursors, "generic", None)
+        if kept is None or kept[0].connection is not raw:
+            # Django's reconnect makes a new connection, which has prepared nothing.
+            kept = self._cursors.generic = (psycopg.ClientCursor(raw), set[str]())
+        cursor, prepared = kept
+        name = f"alk_generic_{zlib.crc32(sql.encode()):08x}"
+        run = f"{GENERIC_PLAN}EXECUTE {name}({', '.join(['%s'] * len(params))})"
+        with wrapper.wrap_database_errors:
+            if name not in prepared:
+                cursor.execute(f"PREPARE {name} AS {numbered(sql)}")
+                prepared.add(name)
+            try:
+                cursor.execute(run, params)
+            except psycopg.errors.InvalidSqlStatementName:
+                cursor.execute(f"PREPARE {name} AS {numbered(sql)}")
+                cursor.execute(run, params)
+            cursor.nextset()
+            return cursor.fetchall()
+
     @staticmethod
     def _stamp_values(stamps: EnqueueStamps) -> tuple[str, list[Any]]:
         """Return the batch's shape (when it is due) and the params of ``_row_values``."""
@@ -242,11 +317,27 @@ class PostgresDialect(
             params[1] = self.adapt_datetime(stamps.run_at)
         single = len(payloads) == 1
         if single:
-            params = [stamps.queue, payloads[0], *params, stamps.channel]
+            params = [stamps.queue, payloads[0], *params]
         else:
-            params = [stamps.queue, *params, list(payloads), stamps.channel]
-        sql = _enqueue_sql(single, when, stamps.expires_s is not None)
-        return [row[0] for row in self.fetch_prepared(sql, params, keep_cursor=True)]
+            params = [stamps.queue, *params, list(payloads)]
+        channel = stamps.channel
+        window_s = app_settings.notify_coalesce_s
+        sent_at = time.monotonic()
+        quiet = window_s > 0 and self.wakeups.quiet(channel, window_s, sent_at)
+        if not quiet:
+            params.append(channel)
+        sql = _enqueue_sql(single, when, stamps.expires_s is not None, not quiet)
+        ids = [row[0] for row in self.fetch_prepared(sql, params, keep_cursor=True)]
+        if window_s > 0:
+            # Run at once in autocommit; dropped with a transaction rolled back.
+            transaction.on_commit(
+                partial(self.wakeups.settle, channel, sent_at, quiet, window_s, self._wake),
+                using=self.using,
+            )
+        return ids
+
+    def _wake(self, channel: str) -> None:
+        self.notify(channel, "")
 
     def insert_unique(
         self, cursor: Any, stamps: EnqueueStamps, keyed: dict[str, str]
@@ -282,10 +373,8 @@ class PostgresDialect(
         # touch disjoint rows: an acked row's claim is live, a lapsed one's
         # has passed.
         ids = [f[0] for f in fences]
-        params = [
-            ids, [f[1] for f in fences], ids, ack_worker_id, queue, queue, queue, n, n, worker_id
-        ]  # fmt: skip
-        rows = self.fetch_prepared(self._claim_sql, params)
+        params = [ids, fence_object(fences), ack_worker_id, queue, queue, queue, n, n, worker_id]
+        rows = self.fetch_generic(self._claim_sql, params)
         acked = list(rows[0][0] or ()) if rows else []
         codec = app_settings.payload_codec
         jobs = [self.job_from_row(row[1:], codec) for row in rows if row[1] is not None]
@@ -347,8 +436,7 @@ class PostgresDialect(
         return self._rowcount(sql, [list(ids), queue])
 
     def ack_fenced(self, worker_id: str, fences: Sequence[tuple[int, int]]) -> list[int]:
-        ids = [f[0] for f in fences]
-        rows = self._fetchall(FENCED_ACK, [ids, [f[1] for f in fences], ids, worker_id])
+        rows = self._fetchall(FENCED_ACK, [[f[0] for f in fences], fence_object(fences), worker_id])
         return [row[0] for row in rows]
 
     def notify(self, channel: str, payload: str) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import math
 from typing import Any
 
 from django.conf import settings
@@ -12,11 +11,17 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from .backoff import load_backoff
-from .conf import QUEUE_DATABASE_KEY, QUEUE_SETTING_NAMES, SETTING_KEYS, app_settings, load_codec
-from .errors import AlkstoreError
-from .handlers import registry
-from .validation import validate_name, validate_queue_limits, validate_queue_options
+from ..backoff import load_backoff
+from ..conf import (
+    QUEUE_DATABASE_KEY,
+    QUEUE_SETTING_NAMES,
+    app_settings,
+)
+from ..errors import AlkstoreError
+from ..handlers import registry
+from ..validation import validate_name, validate_queue_limits, validate_queue_options
+from . import values
+from .values import error
 
 
 def register() -> None:
@@ -28,25 +33,12 @@ def register() -> None:
     checks.register(check_metrics_view, checks.Tags.urls)
 
 
-def _error(msg: str, hint: str, id_: str) -> checks.Error:
-    return checks.Error(msg, hint=hint, obj="settings.ALKSTORE", id=id_)
-
-
-def _positive_number(value: Any) -> bool:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return False
-    try:
-        return math.isfinite(value) and value > 0
-    except OverflowError:  # an int too large for a float is no sane interval
-        return False
-
-
 def _engine_checks(alias: str, key: str = "ALKSTORE['DATABASE']") -> list[checks.CheckMessage]:
     """Refuse a database engine alkstore has no dialect for; let the engine check its settings.
 
     ``key`` names the setting that chose ``alias``, for the messages.
     """
-    from .dialects import SUPPORTED, dialect_class
+    from ..dialects import SUPPORTED, dialect_class
 
     if alias not in settings.DATABASES:
         return []
@@ -55,7 +47,7 @@ def _engine_checks(alias: str, key: str = "ALKSTORE['DATABASE']") -> list[checks
     except ImproperlyConfigured as exc:
         # Django cannot load the backend at all (PostgreSQL without any driver).
         return [
-            _error(
+            error(
                 f"{key} {alias!r} cannot be used: {exc}",
                 "Install the engine's driver: pip install 'alkstore-django[postgres]' "
                 "(or [mysql]).",
@@ -66,7 +58,7 @@ def _engine_checks(alias: str, key: str = "ALKSTORE['DATABASE']") -> list[checks
     if cls is None:
         engine = settings.DATABASES[alias].get("ENGINE", "")
         return [
-            _error(
+            error(
                 f"{key} {alias!r} uses {engine!r} (vendor {vendor!r}).",
                 f"alkstore_django supports {SUPPORTED}.",
                 "alkstore.E006",
@@ -79,7 +71,7 @@ def check_database_server(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
     """Refuse a server too old for alkstore's claims (``migrate``, ``check --database``)."""
-    from .dialects import dialect_class, dialect_for
+    from ..dialects import dialect_class, dialect_for
 
     alias = app_settings.database
     if not databases or alias not in databases or alias not in settings.DATABASES:
@@ -106,34 +98,22 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         return _engine_checks(app_settings.database)
     if not isinstance(raw, dict):
         return [
-            _error(f"ALKSTORE is {type(raw).__name__}, not a dict.", "Use a dict.", "alkstore.E001")
+            error(f"ALKSTORE is {type(raw).__name__}, not a dict.", "Use a dict.", "alkstore.E001")
         ]
     engine = _engine_checks(app_settings.database)
     # The router is judged once the database itself is usable.
     routing = [] if any(m.is_serious() for m in engine) else _check_router()
     return [
-        *_check_keys(raw),
+        *values.check_keys(raw),
         *_check_aliases(raw),
         *engine,
         *routing,
         *_check_queues(raw),
-        *_check_intervals(raw),
-        *_check_metrics_token(raw),
-        *_check_codec(raw),
-        *_check_schedules(raw),
-        *_check_positive_integers(raw),
-    ]
-
-
-def _check_keys(raw: dict[str, Any]) -> list[checks.CheckMessage]:
-    """Refuse keys ALKSTORE does not have (E001)."""
-    return [
-        _error(
-            f"Unknown ALKSTORE key {key!r}.",
-            f"Expected one of: {', '.join(sorted(SETTING_KEYS))}.",
-            "alkstore.E001",
-        )
-        for key in sorted(set(raw) - SETTING_KEYS)
+        *values.check_intervals(raw),
+        *values.check_metrics_token(raw),
+        *values.check_codec(raw),
+        *values.check_schedules(raw),
+        *values.check_positive_integers(raw),
     ]
 
 
@@ -144,7 +124,7 @@ def _check_aliases(raw: dict[str, Any]) -> list[checks.CheckMessage]:
         alias = raw.get(key)
         if alias is not None and alias not in settings.DATABASES:
             errors.append(
-                _error(
+                error(
                     f"ALKSTORE[{key!r}] is {alias!r}, which is not in DATABASES.",
                     f"Use one of: {', '.join(settings.DATABASES)}.",
                     "alkstore.E002",
@@ -158,7 +138,7 @@ def _check_queues(raw: dict[str, Any]) -> list[checks.CheckMessage]:
     queues = raw.get("QUEUES", {})
     if not isinstance(queues, dict):
         return [
-            _error("ALKSTORE['QUEUES'] must be a dict.", "Map names to options.", "alkstore.E003")
+            error("ALKSTORE['QUEUES'] must be a dict.", "Map names to options.", "alkstore.E003")
         ]
     errors: list[checks.CheckMessage] = []
     for name, opts in queues.items():
@@ -169,7 +149,7 @@ def _check_queues(raw: dict[str, Any]) -> list[checks.CheckMessage]:
             validate_queue_options({k: v for k, v in opts.items() if k not in QUEUE_SETTING_NAMES})
         except AlkstoreError as exc:
             errors.append(
-                _error(
+                error(
                     f"ALKSTORE['QUEUES'][{name!r}]: {exc}",
                     "Fix the queue options.",
                     "alkstore.E003",
@@ -191,7 +171,7 @@ def _check_queue_database(name: str, opts: dict[str, Any]) -> list[checks.CheckM
         key = f"ALKSTORE['QUEUES'][{name!r}]['database']"
         return _engine_checks(alias, key) if alias != app_settings.database else []
     return [
-        _error(
+        error(
             f"ALKSTORE['QUEUES'][{name!r}]['database'] is {alias!r}, which is not in DATABASES.",
             f"Use one of: {', '.join(settings.DATABASES)}.",
             "alkstore.E002",
@@ -208,7 +188,7 @@ def _check_router() -> list[checks.CheckMessage]:
     """
     from django.db import router
 
-    from .models import Job
+    from ..models import Job
 
     aliases = app_settings.aliases
     if aliases == [DEFAULT_DB_ALIAS] or any(a not in settings.DATABASES for a in aliases):
@@ -250,61 +230,13 @@ def _check_backoff(name: str, opts: dict[str, Any]) -> list[checks.CheckMessage]
             else f"Backoff {path!r} cannot be imported: {type(exc).__name__}: {exc}"
         )
         return [
-            _error(
+            error(
                 f"ALKSTORE['QUEUES'][{name!r}]['backoff']: {problem}",
                 "Name a function (attempt, error) -> seconds, e.g. 'myapp.jobs.backoff'.",
                 "alkstore.E014",
             )
         ]
     return []
-
-
-def _check_intervals(raw: dict[str, Any]) -> list[checks.CheckMessage]:
-    """Refuse an interval or a retention that is not a positive number of seconds (E004)."""
-    return [
-        _error(
-            f"ALKSTORE[{key!r}] is {raw[key]!r}.",
-            "Expected a positive number of seconds.",
-            "alkstore.E004",
-        )
-        for key in (
-            "POLL_INTERVAL_S",
-            "SWEEP_INTERVAL_S",
-            "WORKER_TTL_S",
-            "WORKFLOW_RETENTION_S",
-            "THROUGHPUT_RETENTION_S",
-            "SCHEDULE_FIRE_RETENTION_S",
-        )
-        if key in raw and not _positive_number(raw[key])
-    ]
-
-
-def _check_metrics_token(raw: dict[str, Any]) -> list[checks.CheckMessage]:
-    """Refuse a ``METRICS_TOKEN`` that is neither a non-empty string nor None (E009)."""
-    token = raw.get("METRICS_TOKEN")
-    if token is None or (isinstance(token, str) and token):
-        return []
-    return [
-        _error(
-            f"ALKSTORE['METRICS_TOKEN'] is {token!r}.",
-            "Expected a non-empty string (the bearer token of the metrics view), or None.",
-            "alkstore.E009",
-        )
-    ]
-
-
-def _check_positive_integers(raw: dict[str, Any]) -> list[checks.CheckMessage]:
-    """Refuse a ``MAX_PAYLOAD_BYTES`` or ``PRUNE_BATCH_SIZE`` that is not a positive int (E005)."""
-    return [
-        _error(
-            f"ALKSTORE[{key!r}] is {raw[key]!r}.",
-            f"Expected a positive integer {what}.",
-            "alkstore.E005",
-        )
-        for key, what in (("MAX_PAYLOAD_BYTES", "number of bytes"), ("PRUNE_BATCH_SIZE", "of rows"))
-        if key in raw
-        and not (isinstance(raw[key], int) and not isinstance(raw[key], bool) and raw[key] > 0)
-    ]
 
 
 def _check_limits(name: str, opts: dict[str, Any]) -> list[checks.CheckMessage]:
@@ -324,69 +256,7 @@ def _check_limits(name: str, opts: dict[str, Any]) -> list[checks.CheckMessage]:
         try:
             validate_queue_limits({key: opts[key]})
         except AlkstoreError as exc:
-            errors.append(_error(f"ALKSTORE['QUEUES'][{name!r}][{key!r}]: {exc}", hint, id_))
-    return errors
-
-
-def _check_codec(raw: dict[str, Any]) -> list[checks.CheckMessage]:
-    """Refuse a ``PAYLOAD_CODEC`` that cannot be imported or lacks encode/decode."""
-    path = raw.get("PAYLOAD_CODEC")
-    if path is None:
-        return []
-    hint = (
-        "Name a class or instance with encode(payload) -> str and decode(value), such as "
-        "'alkstore_django.codecs.DjangoJSONCodec'."
-    )
-    if not isinstance(path, str):
-        return [
-            _error(
-                f"ALKSTORE['PAYLOAD_CODEC'] is {path!r}, not a dotted path.", hint, "alkstore.E010"
-            )
-        ]
-    try:
-        codec = load_codec(path)
-    except Exception as exc:  # noqa: BLE001 - whatever the import or constructor raised
-        return [
-            _error(
-                f"ALKSTORE['PAYLOAD_CODEC'] {path!r} cannot be loaded: {exc}", hint, "alkstore.E010"
-            )
-        ]
-    if not (callable(getattr(codec, "encode", None)) and callable(getattr(codec, "decode", None))):
-        return [
-            _error(
-                f"ALKSTORE['PAYLOAD_CODEC'] {path!r} has no encode/decode.", hint, "alkstore.E010"
-            )
-        ]
-    return []
-
-
-def _check_schedules(raw: dict[str, Any]) -> list[checks.CheckMessage]:
-    """Validate ``ALKSTORE["SCHEDULES"]``: each entry as ``store.schedule()`` would."""
-    from .scheduler.registry import SCHEDULE_KEYS, check_declaration
-
-    if "SCHEDULES" not in raw:
-        return []
-    schedules = raw["SCHEDULES"]
-    if not isinstance(schedules, dict):
-        return [
-            _error(
-                f"ALKSTORE['SCHEDULES'] is {type(schedules).__name__}, not a dict.",
-                "Map schedule names to dicts of spec, queue and options.",
-                "alkstore.E007",
-            )
-        ]
-    errors: list[checks.CheckMessage] = []
-    for name, declaration in schedules.items():
-        try:
-            check_declaration(name, declaration)
-        except AlkstoreError as exc:
-            errors.append(
-                _error(
-                    f"ALKSTORE['SCHEDULES'][{name!r}]: {exc}",
-                    f"Keys: {', '.join(sorted(SCHEDULE_KEYS))}; spec and queue are required.",
-                    "alkstore.E007",
-                )
-            )
+            errors.append(error(f"ALKSTORE['QUEUES'][{name!r}][{key!r}]: {exc}", hint, id_))
     return errors
 
 
