@@ -12,7 +12,7 @@ import re
 import threading
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import cache, cached_property, partial
 from typing import Any
 
@@ -80,6 +80,11 @@ GENERIC_PLAN = "SET LOCAL plan_cache_mode = force_generic_plan; "
 
 def _plus(base: str, seconds: str) -> str:
     return f"({base} + make_interval(secs => {seconds}))"
+
+
+def id_array(ids: Iterable[int]) -> str:
+    """Return ``ids`` as a ``bigint[]`` literal: quoted as one string, not an element at a time."""
+    return "{" + ",".join(map(str, ids)) + "}"
 
 
 def fence_object(fences: Sequence[tuple[int, int]]) -> str:
@@ -278,7 +283,7 @@ class PostgresDialect(
         kept = getattr(self._cursors, "generic", None)
         if kept is None or kept[0].connection is not raw:
             # Django's reconnect makes a new connection, which has prepared nothing.
-            kept = self._cursors.generic = (psycopg.ClientCursor(raw), set[str]())
+            kept = self._cursors.generic = (self._generic_cursor(raw), set[str]())
         cursor, prepared = kept
         name = f"alk_generic_{zlib.crc32(sql.encode()):08x}"
         run = f"{GENERIC_PLAN}EXECUTE {name}({', '.join(['%s'] * len(params))})"
@@ -293,6 +298,23 @@ class PostgresDialect(
                 cursor.execute(run, params)
             cursor.nextset()
             return cursor.fetchall()
+
+    @staticmethod
+    def _generic_cursor(raw: Any) -> Any:
+        """Return the cursor ``fetch_generic`` keeps for the connection ``raw``.
+
+        Its timestamps are read by psycopg's own loader (C, in psycopg's
+        binary build). Django's wraps that loader to put the connection's time
+        zone on each value, which the session's zone already is (Django sets
+        it, and the checks refuse ``USE_TZ = False``): a third of the cost of
+        decoding a claimed row, for the same instants.
+        """
+        import psycopg
+        from psycopg.types.datetime import TimestamptzLoader
+
+        cursor = psycopg.ClientCursor(raw)
+        cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
+        return cursor
 
     @staticmethod
     def _stamp_values(stamps: EnqueueStamps) -> tuple[str, list[Any]]:
@@ -372,7 +394,7 @@ class PostgresDialect(
         # are already invalid), exhausted ones to the dead letters. The CTEs
         # touch disjoint rows: an acked row's claim is live, a lapsed one's
         # has passed.
-        ids = [f[0] for f in fences]
+        ids = id_array(f[0] for f in fences)
         params = [ids, fence_object(fences), ack_worker_id, queue, queue, queue, n, n, worker_id]
         rows = self.fetch_generic(self._claim_sql, params)
         acked = list(rows[0][0] or ()) if rows else []
@@ -436,7 +458,8 @@ class PostgresDialect(
         return self._rowcount(sql, [list(ids), queue])
 
     def ack_fenced(self, worker_id: str, fences: Sequence[tuple[int, int]]) -> list[int]:
-        rows = self._fetchall(FENCED_ACK, [[f[0] for f in fences], fence_object(fences), worker_id])
+        ids = id_array(f[0] for f in fences)
+        rows = self._fetchall(FENCED_ACK, [ids, fence_object(fences), worker_id])
         return [row[0] for row in rows]
 
     def notify(self, channel: str, payload: str) -> None:
