@@ -2,8 +2,8 @@
 
     python bench/run.py [--peers] [--quick] [--runs N] [--engines postgresql,sqlite,mariadb]
                         [--workloads enqueue,drain,controls,latency,backlog,pools,workflows,
-                                     steering,io,soak]
-                        [--baseline TREE]
+                                     steering,io,floor,soak]
+                        [--baseline TREE] [--autovacuum as-is|on]
                         [--soak-minutes 60] [--soak-rate 1000] [--soak-sample-s 60]
 
 Each figure is the median of N runs (default 3) with the min-max; the command
@@ -25,11 +25,20 @@ See docs/performance.md.
 ``soak`` is not among the defaults (it lasts an hour): ``--workloads soak``
 runs bench/soak.py's soak on PostgreSQL after any other workload named, and
 its verdict decides the exit status (see that module and docs/scale.md).
+Neither is ``floor`` (some minutes an engine): alkstore's drain, pickup and
+enqueue beside the raw driver's floors (``bench/floors.py``), round by round,
+with the ratios (``bench/floor_rows.py``).
+
+``--autovacuum on`` runs everything with PostgreSQL's autovacuum on
+(``ALTER SYSTEM``, restored afterwards: ``bench.soak.autovacuum_on``); the
+default leaves the server as it is. Every PostgreSQL figure's JSON line says
+which it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -66,6 +75,8 @@ class Figure:
     target: str = ""
     ok: bool | None = None
     note: str = ""
+    # PostgreSQL's autovacuum during the run (PostgreSQL figures only).
+    autovacuum: str | None = None
 
     @property
     def median(self) -> float:
@@ -85,6 +96,7 @@ class Figure:
                 "target": self.target or None,
                 "met": self.ok,
                 "note": self.note or None,
+                **({"autovacuum": self.autovacuum} if self.autovacuum is not None else {}),
             }
         )
 
@@ -182,13 +194,15 @@ class Sizes:
     # 4,000 jobs/s), and at the thread pool's default 4 (5 s at its ideal 80 jobs/s).
     io_drain: int = 4_000
     io_drain_narrow: int = 400
+    # The floor workload's enqueues: one by one, and by 1 to 8 producers at once.
+    floor_producers: int = 4_000
 
     @classmethod
     def for_mode(cls, quick: bool) -> Sizes:
         if quick:
             return cls(
                 200, 2_000, 10_000, 3_000, 100, 10_000, 100_000, 200, 500, 200,
-                io_drain=2_000, io_drain_narrow=100,
+                io_drain=2_000, io_drain_narrow=100, floor_producers=2_000,
             )  # fmt: skip
         return cls(2_000, 20_000, 50_000, 20_000, 500, 10_000, 1_000_000, 1_000, 3_000, 1_000)
 
@@ -196,8 +210,8 @@ class Sizes:
 WORKLOADS = (
     "enqueue", "drain", "controls", "latency", "backlog", "pools", "workflows", "steering", "io",
 )  # fmt: skip
-# Named only: an hour by default (bench/soak.py).
-EXTRA_WORKLOADS = ("soak",)
+# Named only: the floors take minutes an engine (bench/floors.py), the soak an hour.
+EXTRA_WORKLOADS = ("floor", "soak")
 # The workloads --peers runs on the peers (the io rows run procrastinate in their own rounds).
 PEER_WORKLOADS = ("enqueue", "drain", "latency")
 
@@ -302,7 +316,24 @@ def alkstore_figures(
     if "io" in workloads:
         figures += io_figures(engine, url, sizes, runs, env, peers and is_pg)
         log(f"{engine}: io done")
+    if "floor" in workloads:
+        figures += floor_figures(engine, sizes, runs, env)
+        log(f"{engine}: floor done")
     return figures
+
+
+def floor_figures(engine: str, sizes: Sizes, runs: int, env: dict[str, str]) -> list[Figure]:
+    """Issue 27's rows (``bench/floor_rows.py``): alkstore beside the raw floors, interleaved."""
+    from bench.floor_rows import Names, floor_rows
+
+    def run(command: tuple[str, ...]) -> dict:
+        return run_json([sys.executable, "-m", *command], env)
+
+    names = Names(sizes.drain, sizes.latency, sizes.floor_producers)
+    return [
+        Figure(row.name, row.system, engine, row.unit, row.values, row.target, note=row.note)
+        for row in floor_rows(engine, names, runs, run, log)
+    ]
 
 
 def io_figures(
@@ -875,9 +906,17 @@ def main() -> int:
     parser.add_argument(
         "--workloads",
         default=",".join(WORKLOADS),
-        help=f"Which workloads to run (default all: {','.join(WORKLOADS)}; also: soak).",
+        help=f"Which workloads to run (default all: {','.join(WORKLOADS)}; also: floor, soak).",
+    )
+    parser.add_argument(
+        "--autovacuum",
+        choices=("as-is", "on"),
+        default="as-is",
+        help="PostgreSQL's autovacuum during the run: as the server has it (default), or on "
+        "(ALTER SYSTEM, restored afterwards).",
     )
     from bench.soak import add_arguments as add_soak_arguments
+    from bench.soak import autovacuum_on
 
     add_soak_arguments(parser, prefix="soak-")
     parser.add_argument(
@@ -902,10 +941,50 @@ def main() -> int:
         raise SystemExit(f"--baseline {args.baseline}: no alkstore_django package there.")
     runs = max(3, args.runs)
     sizes = Sizes.for_mode(args.quick)
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    uses_pg = "postgresql" in engines or args.peers
+    if args.autovacuum == "on" and not uses_pg:
+        raise SystemExit("--autovacuum on: this run measures nothing on PostgreSQL.")
     started = time.monotonic()
     load = os.getloadavg()
+    # Switched from the server's own database: the bench's is created afresh inside.
+    switch = (
+        autovacuum_on(urlunsplit(urlsplit(PG_URL)._replace(path="/postgres")))
+        if args.autovacuum == "on"
+        else contextlib.nullcontext("")
+    )
+    with switch as switched:
+        figures, pg_url = measure(args, engines, workloads, sizes, runs)
+        autovacuum = pg_setting(pg_url, "autovacuum") if uses_pg else None
+    for fig in figures:
+        if fig.engine == "postgresql":
+            fig.autovacuum = autovacuum
+    judge([f for f in figures if f.system in ("alkstore", "alkstore/baseline", "alkstore/floor")])
+    elapsed = time.monotonic() - started
+    print(
+        f"alkstore bench: {runs} runs per figure, {'quick' if args.quick else 'full'} sizes, "
+        f"{os.cpu_count()} CPUs, load average at start {load[0]:.2f} / "
+        f"end {os.getloadavg()[0]:.2f}, {elapsed:.0f} s"
+    )
+    if uses_pg:
+        # The drains truncate and vacuum their tables: they do not judge table growth.
+        state = f"{switched}, restored after the run" if switched else f"{autovacuum} (as is)"
+        print(f"PostgreSQL autovacuum: {state}")
+    print_table(figures)
+    for fig in figures:
+        print(fig.as_json())
+    return soak_run(args) if soak else 0
+
+
+def measure(
+    args: argparse.Namespace,
+    engines: list[str],
+    workloads: tuple[str, ...],
+    sizes: Sizes,
+    runs: int,
+) -> tuple[list[Figure], str]:
+    """Create each engine's bench database and run the workloads; return them and the PG URL."""
     figures: list[Figure] = []
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     pg_url = PG_URL
     for engine in engines:
         if engine == "postgresql":
@@ -927,20 +1006,7 @@ def main() -> int:
     if args.peers and set(workloads) & set(PEER_WORKLOADS):
         figures += peer_figures(sizes, runs, pg_url)
         figures += ratio_rows(figures)
-    judge([f for f in figures if f.system in ("alkstore", "alkstore/baseline")])
-    elapsed = time.monotonic() - started
-    print(
-        f"alkstore bench: {runs} runs per figure, {'quick' if args.quick else 'full'} sizes, "
-        f"{os.cpu_count()} CPUs, load average at start {load[0]:.2f} / "
-        f"end {os.getloadavg()[0]:.2f}, {elapsed:.0f} s"
-    )
-    if "postgresql" in engines or args.peers:
-        # The drains truncate and vacuum their tables: they do not judge table growth.
-        print(f"PostgreSQL autovacuum: {pg_setting(pg_url, 'autovacuum')}")
-    print_table(figures)
-    for fig in figures:
-        print(fig.as_json())
-    return soak_run(args) if soak else 0
+    return figures, pg_url
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 SECRET_KEY = "alkstore-bench-not-secret"
@@ -64,7 +65,7 @@ _has_controls = (
     and _package.origin is not None
     and (Path(_package.origin).parent / "dialects" / "controls.py").exists()
 )
-ALKSTORE = {
+ALKSTORE: dict[str, Any] = {
     "QUEUES": {
         "bench.limited": {"max_running": 16},
         "bench.rated": {"rate": "3000/s"},
@@ -84,3 +85,9 @@ if _has_keys:
     ALKSTORE["QUEUES"]["bench.keyed"] = {
         "max_running_per_key": int(os.environ.get("BENCH_MAX_RUNNING_PER_KEY", "4"))
     }
+
+# The producers rows of the floors (bench/floors.py): alkstore with every
+# commit notifying (0), beside its default coalesced wake-ups. Set only when
+# asked, so every other bench runs on the default.
+if "BENCH_NOTIFY_COALESCE_S" in os.environ:
+    ALKSTORE["NOTIFY_COALESCE_S"] = float(os.environ["BENCH_NOTIFY_COALESCE_S"])

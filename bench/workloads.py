@@ -5,6 +5,7 @@ Usage (the settings select the engine through ``BENCH_DATABASE_URL``)::
     python -m bench.workloads migrate
     python -m bench.workloads enqueue N BATCH        # BATCH 0 = one by one, autocommit
     python -m bench.workloads drain N PROCS [runworker args...]
+    python -m bench.workloads drain-analyzed N PROCS [runworker args...]  # backlog ANALYZEd
     python -m bench.workloads drain-queue QUEUE N PROCS   # bench.noop, .limited or .rated
     python -m bench.workloads drain-io N [runworker args...]   # one worker, 50 ms async jobs
     python -m bench.workloads drain-kept N PROCS     # every job enqueued with keep_result_s=3600
@@ -117,6 +118,12 @@ def cmd_enqueue(n: int, batch: int) -> dict:
     return {"jobs": n, "seconds": elapsed, "rate": n / elapsed}
 
 
+def enqueue_noops(q, n: int, **options) -> None:
+    """Enqueue ``n`` no-op jobs (payload None) on the queue handle ``q``, a thousand at a time."""
+    for start in range(0, n, 1000):
+        q.enqueue_many([None] * min(1000, n - start), **options)
+
+
 def worker_command(queue: str, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "django", "runworker", "--queue", queue, *extra]
 
@@ -202,6 +209,7 @@ def cmd_drain(
     queue: str = "bench.noop",
     keep_result_s: float | None = None,
     fill=None,
+    analyze: bool = False,
 ) -> dict:
     """Drain ``n`` no-op jobs of ``queue`` with ``procs`` ``runworker --burst`` processes.
 
@@ -219,7 +227,10 @@ def cmd_drain(
     pools, and its sentinel's CPU stays in whole). With
     ``keep_result_s`` every job is enqueued with it, and each must have left
     its result. ``fill(queue, n)``, when given, enqueues the jobs instead
-    (``bench/steering.py``: with concurrency keys).
+    (``bench/steering.py``: with concurrency keys). With ``analyze`` the job
+    table is analyzed once filled, so the planner's statistics show the
+    backlog, as autovacuum's ANALYZE leaves them in production (``clear``
+    analyzes it empty).
     """
     from django.db import connections
 
@@ -230,8 +241,10 @@ def cmd_drain(
     kept = {} if keep_result_s is None else {"keep_result_s": keep_result_s}
     if fill is not None:
         fill(q, n)
-    for start in range(0, n if fill is None else 0, 1000):
-        q.enqueue_many([None] * min(1000, n - start), **kept)
+    else:
+        enqueue_noops(q, n, **kept)
+    if analyze:
+        analyze_jobs()
     connections.close_all()
     tmp = Path(tempfile.mkdtemp(prefix="alkbench-"))
     children = []
@@ -309,6 +322,21 @@ def cmd_drain(
         "drain_cpu_us_per_job": (cpu_s - startup_cpu_s) / n * 1e6,
         "kept_results": results,
     }
+
+
+def analyze_jobs() -> None:
+    """Refresh the job table's planner statistics (``ANALYZE TABLE`` on MariaDB/MySQL)."""
+    from django.db import connection
+
+    from alkstore_django.models import Job
+
+    table = Job._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "mysql":
+            cursor.execute(f"ANALYZE TABLE {table}")
+            cursor.fetchall()
+        else:
+            cursor.execute(f"ANALYZE {table}")
 
 
 def kept_results() -> int:
@@ -727,6 +755,8 @@ def run_command(command: str, args: list[str]) -> dict:
         result = cmd_enqueue(int(args[0]), int(args[1]))
     elif command == "drain":
         result = cmd_drain(int(args[0]), int(args[1]), args[2:])
+    elif command == "drain-analyzed":
+        result = cmd_drain(int(args[0]), int(args[1]), args[2:], analyze=True)
     elif command == "drain-queue":
         result = cmd_drain(int(args[1]), int(args[2]), [], queue=args[0])
     elif command == "drain-io":

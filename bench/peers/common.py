@@ -3,7 +3,8 @@
 A driver module calls ``main(commands)`` with its own ``setup``, ``capabilities``,
 ``enqueue``, ``drain`` and ``latency`` callables; each prints one JSON line.
 Worker processes stamp ``BENCH_MARK_FILE``: ``first <monotonic>`` once per
-process for a drain, ``<i> <monotonic>`` per job for latency.
+process for a drain (and, if they know it, ``last <monotonic>``: their last
+ack), ``<i> <monotonic>`` per job for latency.
 """
 
 from __future__ import annotations
@@ -36,6 +37,14 @@ def mark_first() -> None:
             f.write(f"first {_marks['first']!r} {time.process_time()!r}\n")
 
 
+def mark_last() -> None:
+    """Record that this process's last ack has returned (a drain's ``ack_rate``)."""
+    path = os.environ.get("BENCH_MARK_FILE")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"last {time.monotonic()!r}\n")
+
+
 def mark_job(i: int) -> None:
     """Record that job ``i`` started now."""
     started = time.monotonic()
@@ -60,7 +69,8 @@ def drain(worker: list[str], n: int, procs: int, left: Callable[[], int]) -> dic
 
     CPU is the workers' (``wait4``), start-up included (``cpu_us_per_job``)
     or from each one's first job on (``drain_cpu_us_per_job``: its CPU then,
-    from its mark, taken off); RSS their peak (``ru_maxrss``).
+    from its mark, taken off); RSS their peak (``ru_maxrss``). Workers that
+    mark their last ack also get ``ack_rate``: to the last one, exits left out.
     """
     tmp = Path(tempfile.mkdtemp(prefix="alkbench-peer-"))
     children = []
@@ -84,12 +94,15 @@ def drain(worker: list[str], n: int, procs: int, left: Callable[[], int]) -> dic
         rss_kb.append(usage.ru_maxrss)
         cpu_s += usage.ru_utime + usage.ru_stime
     ended = time.monotonic()
-    firsts = []
+    firsts, lasts = [], []
     startup_cpu_s = 0.0
     for index in range(procs):
         path = tmp / f"mark-{index}"
         if path.exists():
             for fields in (line.split() for line in path.read_text().splitlines()):
+                if fields[0] == "last":
+                    lasts.append(float(fields[1]))
+                    continue
                 firsts.append(float(fields[1]))
                 startup_cpu_s += float(fields[2]) if len(fields) > 2 else 0.0
     remaining = left()
@@ -99,10 +112,12 @@ def drain(worker: list[str], n: int, procs: int, left: Callable[[], int]) -> dic
         path.unlink()
     tmp.rmdir()
     first = min(firsts)
+    acked = {"ack_rate": n / (max(lasts) - first)} if lasts else {}
     return {
         "jobs": n,
         "procs": procs,
         "rate": n / (ended - first),
+        **acked,
         "wall_rate": n / (ended - spawned),
         "rss_mb": max(rss_kb) / 1024,
         "cpu_us_per_job": cpu_s / n * 1e6,
@@ -151,6 +166,9 @@ def latency(worker: list[str], enqueue_one: Callable[[int], None], n: int) -> di
     if missing:
         raise SystemExit(f"{len(missing)} latency jobs never ran; log in {tmp}")
     ms = sorted((started[i] - committed[i]) * 1000 for i in range(n))
+    for path in tmp.iterdir():
+        path.unlink()
+    tmp.rmdir()
     return {
         "jobs": n,
         "p50_ms": ms[len(ms) // 2],
