@@ -35,11 +35,20 @@ class Wakeups:
 
     def __init__(self) -> None:
         self._sent_at: dict[str, float] = {}
+        # How long the last enqueue took to commit: a quiet one must commit
+        # inside the window, or ``settle`` spends a statement on a wake-up.
+        self._took_s = 0.0
 
     def quiet(self, channel: str, window_s: float, now: float) -> bool:
-        """Return True when an enqueue at ``now`` may leave its notification out."""
+        """Return True when an enqueue at ``now`` may leave its notification out.
+
+        Only while it can still commit inside the window (twice the last
+        enqueue's time to spare): one that commits past it sends a wake-up of
+        its own, a second round trip, where a notification in the statement
+        costs nothing more.
+        """
         sent_at = self._sent_at.get(channel)
-        return sent_at is not None and now - sent_at < window_s
+        return sent_at is not None and now - sent_at < window_s - 2 * self._took_s
 
     def committed(self, channel: str, sent_at: float) -> None:
         """Record a wake-up on ``channel`` sent at ``sent_at`` that has committed."""
@@ -61,10 +70,11 @@ class Wakeups:
         that fails the job is still found by the workers' poll, so it is
         logged rather than raised into the caller's committed work.
         """
+        now = time.monotonic()
+        self._took_s = now - sent_at
         if not quiet:
             self.committed(channel, sent_at)
             return
-        now = time.monotonic()
         last = self._sent_at.get(channel)
         if last is not None and now - last <= window_s:
             return
