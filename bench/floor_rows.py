@@ -151,6 +151,9 @@ def floor_derived(values: dict[str, list[float]], engine: str, names: Names) -> 
               ">= 0.85" if k == 8 else "")  # fmt: skip
         ratio(f"{who}, alkstore-eager / floor", RATIO, names.producing(k, "alkstore-eager"),
               floor)  # fmt: skip
+        # The notifications' own cost: the same inserts by alkstore, nearly without them.
+        ratio(f"{who}, alkstore / alkstore-quiet", ALKSTORE, names.producing(k, "alkstore"),
+              names.producing(k, "alkstore-quiet"))  # fmt: skip
     return rows
 
 

@@ -4,7 +4,8 @@
     python -m bench.floors enqueue N             # alkstore's one-row enqueue statement, raw
     python -m bench.floors listen N              # PostgreSQL: the LISTEN pickup floor
     python -m bench.floors producers N K MODE    # PostgreSQL: K producers enqueueing at once
-                                                 # (MODE alkstore, alkstore-eager or floor)
+                                                 # (MODE alkstore, alkstore-eager,
+                                                 # alkstore-quiet or floor)
 
 ``bench/run.py --workloads floor`` runs them round by round beside alkstore's
 own commands (``bench.workloads``) and prints the ratios (``bench/floor_rows.py``).
@@ -42,11 +43,13 @@ CHANNEL = "floor_wake"
 BATCH_ONE_JOBS = 3_000
 PRODUCER_COUNTS = (1, 2, 4, 8)
 # The producers' modes: alkstore's coalesced wake-ups (the default
-# NOTIFY_COALESCE_S), alkstore with a notification on every commit, the raw
+# NOTIFY_COALESCE_S), alkstore with a notification on every commit, alkstore
+# with nearly none (the largest window: one per process a second), the raw
 # statement without one.
 MODES = {
     "alkstore": {},
     "alkstore-eager": {"BENCH_NOTIFY_COALESCE_S": "0"},
+    "alkstore-quiet": {"BENCH_NOTIFY_COALESCE_S": "1.0"},
     "floor": {},
 }
 PRIORITY_ORDER = "ORDER BY priority DESC, run_at, id"

@@ -475,6 +475,11 @@ def plain_drain_workloads(sizes: Sizes) -> Workloads:
         f"drain {n} no-op, 1 process": (one, "rate", "jobs/s"),
         f"drain {n} no-op, 1 process, to the last ack": (one, "ack_rate", "jobs/s"),
         f"drain {n} no-op, 1 process, worker CPU per job": (one, "cpu_us_per_job", "us"),
+        f"drain {n} no-op, 1 process, CPU per job from the first job": (
+            one,
+            "drain_cpu_us_per_job",
+            "us",
+        ),
         f"drain {n} no-op, 4 processes": (four, "rate", "jobs/s"),
         f"drain {n} no-op, 4 processes, to the last ack": (four, "ack_rate", "jobs/s"),
     }
@@ -626,7 +631,14 @@ def derived_figures(rows: list[tuple[str, str, list[float]]], engine: str) -> li
     return figures
 
 
-def baseline_figures(engine: str, url: str, tree: Path, sizes: Sizes, runs: int) -> list[Figure]:
+def baseline_figures(
+    engine: str,
+    url: str,
+    tree: Path,
+    sizes: Sizes,
+    runs: int,
+    workloads: tuple[str, ...] = WORKLOADS,
+) -> list[Figure]:
     """Enqueue and drain with this tree and with ``tree`` (an earlier checkout), alternating.
 
     Both sides run this tree's bench code; the baseline imports its own
@@ -668,8 +680,12 @@ def baseline_figures(engine: str, url: str, tree: Path, sizes: Sizes, runs: int)
     # kept results, keys nor progress), in the same rounds, next to its plain drains.
     from bench.steering import has_steering, steering_derived, steering_workloads
 
-    flows = workflow_workloads(sizes) if has_workflows(ROOT) else {}
-    steer = steering_workloads(sizes.drain, engine) if has_steering(ROOT) else {}
+    flows = workflow_workloads(sizes) if has_workflows(ROOT) and "workflows" in workloads else {}
+    steer = (
+        steering_workloads(sizes.drain, engine)
+        if has_steering(ROOT) and "steering" in workloads
+        else {}
+    )
     mine = {
         name: Figure(name, "alkstore", engine, unit)
         for name, (_, _, unit) in {**flows, **steer}.items()
@@ -1000,7 +1016,7 @@ def measure(
             raise SystemExit(f"Unknown engine {engine!r}: expected postgresql, sqlite or mariadb.")
         log(f"{engine}: starting")
         if args.baseline is not None:
-            figures += baseline_figures(engine, url, args.baseline, sizes, runs)
+            figures += baseline_figures(engine, url, args.baseline, sizes, runs, workloads)
         else:
             figures += alkstore_figures(engine, url, sizes, runs, workloads, args.peers)
     if args.peers and set(workloads) & set(PEER_WORKLOADS):
