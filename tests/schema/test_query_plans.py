@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from alkstore_django import store
+from alkstore_django.dialects.postgresql.prepared import numbered
 from tests.helpers import analyze_tables, fill_pending, lapse_claim, postgres_only
 
 # ANALYZE TABLE commits implicitly on MariaDB/MySQL, so a rolled-back test
@@ -100,10 +101,8 @@ def plans(statement):
         cursor.execute("EXPLAIN " + sql, params)
         found.append("\n".join(row[0] for row in cursor.fetchall()))
         # The plan a prepared statement settles on after five runs: no values known.
-        numbered = iter(range(1, len(params) + 1))
-        dollar_sql = re.sub(r"%s", lambda _: f"${next(numbered)}", sql).replace("%%", "%")
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cursor.execute("PREPARE alk_plan_probe AS " + dollar_sql)
+        cursor.execute("PREPARE alk_plan_probe AS " + numbered(sql))
         marks = ", ".join(["%s"] * len(params))
         cursor.execute(f"EXPLAIN EXECUTE alk_plan_probe({marks})", params)
         found.append("\n".join(row[0] for row in cursor.fetchall()))

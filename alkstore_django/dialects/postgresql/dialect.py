@@ -1,17 +1,12 @@
 """PostgreSQL: ``FOR UPDATE SKIP LOCKED`` claims, single-statement moves, ``NOTIFY`` wake-ups.
 
-The hot statements (enqueue, the worker's claim) run as server-side prepared
-statements unless the alias sets ``DISABLE_SERVER_SIDE_CURSORS``, which is
-what Django asks of a site behind a transaction-mode pooler: there a named
-statement would not follow the next transaction to its server connection.
+The hot statements run prepared (``prepared.py``); the wake-ups are coalesced
+per process (``wakeups.py``).
 """
 
 from __future__ import annotations
 
-import re
-import threading
 import time
-import zlib
 from collections.abc import Iterable, Sequence
 from functools import cache, cached_property, partial
 from typing import Any
@@ -46,11 +41,11 @@ from ..unique import UniqueJobs
 from ..upserts import OnConflictUpserts
 from . import partitions
 from .autovacuum import reset_autovacuum, set_autovacuum
+from .prepared import PreparedStatements
 from .wakeups import Wakeups
 from .watch import PostgresWatcher
 
 NOW = "statement_timestamp()"
-NEVER_AUTO_PREPARE = 2**62
 # The claim that acks of known ids must still hold. It is tested inside IS
 # TRUE so that the planner cannot answer it from alk_job_lapse: from the
 # generic plan's estimate (few rows in processing) it would, and read every
@@ -69,13 +64,6 @@ FENCED_ACK = (
     "AND j.generation = (%s::jsonb ->> j.id::text)::bigint "
     f"AND j.worker_id = %s AND {LIVE_CLAIM} RETURNING j.id"
 )
-# The claim runs on its generic plan, made once per connection: with statistics
-# showing rows in the job table (what autovacuum's ANALYZE leaves behind a
-# backlog), PostgreSQL judged the generic plan dearer than a custom one (a
-# parameter LIMIT is costed as a tenth of the table) and planned the statement
-# afresh on every call, 0.6-1.6 ms a cycle. SET LOCAL scopes the mode to the
-# claim's own transaction. tests/schema/test_query_plans.py pins the plan.
-GENERIC_PLAN = "SET LOCAL plan_cache_mode = force_generic_plan; "
 
 
 def _plus(base: str, seconds: str) -> str:
@@ -90,12 +78,6 @@ def id_array(ids: Iterable[int]) -> str:
 def fence_object(fences: Sequence[tuple[int, int]]) -> str:
     """Return ``FENCED_ACK``'s fences as the JSON object it looks generations up in."""
     return "{" + ",".join(f'"{job_id}":{generation}' for job_id, generation in fences) + "}"
-
-
-def numbered(sql: str) -> str:
-    """Return ``sql`` with its ``%s`` marks as ``$1``, ``$2``…, as ``PREPARE`` takes it."""
-    marks = iter(range(1, sql.count("%s") + 1))
-    return re.sub(r"%s", lambda _: f"${next(marks)}", sql).replace("%%", "%")
 
 
 def _row_values(when: str, expires: bool) -> str:
@@ -130,6 +112,7 @@ def _enqueue_sql(single: bool, when: str, expires: bool, notify: bool) -> str:
 
 
 class PostgresDialect(
+    PreparedStatements,
     ClaimStatements,
     CancelStatements,
     UniqueJobs,
@@ -150,7 +133,6 @@ class PostgresDialect(
 
     def __init__(self, using: str) -> None:
         super().__init__(using)
-        self._cursors = threading.local()
         self.wakeups = Wakeups()
 
     @classmethod
@@ -205,116 +187,6 @@ class PostgresDialect(
         listen_alias: str | None = None,
     ) -> Watcher:
         return PostgresWatcher(listen_alias or self.using, list(channels))
-
-    def fetch_prepared(
-        self, sql: str, params: Sequence[Any], *, keep_cursor: bool = False
-    ) -> list[tuple[Any, ...]]:
-        """Run ``sql`` as a server-side prepared statement and return its rows.
-
-        For the worker's own statements and ``enqueue()``, run many times a
-        second: Django's cursor binds parameters client-side, so the server
-        would parse and plan every call. The connection (and its transaction
-        state, its adapters) is still Django's; errors are Django's. A site
-        behind a transaction-mode pooler sets ``DISABLE_SERVER_SIDE_CURSORS``
-        (as Django advises); then the statement is bound server-side but not
-        prepared, since a named statement would not follow the next
-        transaction.
-
-        ``keep_cursor`` reuses one cursor per thread and connection: a fresh
-        cursor costs more than the Python of a whole ``enqueue()`` (its result
-        loaders are looked up again). A kept cursor holds its last result until
-        the next call, so it is only for statements that return a few small
-        rows; a claim's rows carry payloads and get a cursor of their own.
-        """
-        # Imported here, not at the top: nothing may import psycopg on a SQLite site,
-        # where it need not be installed (it is the optional extra "postgres").
-        import psycopg
-
-        wrapper = self.connection
-        wrapper.ensure_connection()
-        raw = wrapper.connection
-        prepare = not wrapper.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
-        if prepare and raw.prepare_threshold is None:
-            # Django turns psycopg's preparation off (threshold None), which
-            # also ignores prepare=True. A threshold no query count reaches
-            # keeps automatic preparation off for the site's own queries while
-            # honouring ours.
-            raw.prepare_threshold = NEVER_AUTO_PREPARE
-        if keep_cursor:
-            cursor = getattr(self._cursors, "cursor", None)
-            if cursor is None or cursor.connection is not raw:
-                # Django's reconnect makes a new connection object.
-                cursor = self._cursors.cursor = psycopg.Cursor(raw)
-        else:
-            cursor = psycopg.Cursor(raw)
-        with wrapper.wrap_database_errors:
-            try:
-                cursor.execute(sql, params, prepare=prepare)
-                return cursor.fetchall()
-            finally:
-                if not keep_cursor:
-                    cursor.close()
-
-    def fetch_generic(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """Run ``sql`` on the generic plan of a statement prepared once per connection.
-
-        For the claim, whose custom plans cost more to make than to run
-        (``GENERIC_PLAN``). The statement is prepared by name on each
-        connection and run as ``EXECUTE`` with its values quoted client-side,
-        in one simple query after the ``SET LOCAL`` that forces its generic
-        plan: one implicit transaction, so the mode ends with the claim.
-        psycopg deallocates every prepared statement after a rollback on the
-        connection; the claim then fails before it has done anything and is
-        prepared again. Inside a caller's transaction (where a failure would
-        abort it) and behind a transaction-mode pooler (where nothing can be
-        prepared by name) it runs through ``fetch_prepared``, planned as
-        PostgreSQL chooses.
-        """
-        import psycopg
-
-        wrapper = self.connection
-        wrapper.ensure_connection()
-        raw = wrapper.connection
-        if (
-            wrapper.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
-            or raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
-        ):
-            return self.fetch_prepared(sql, params)
-        kept = getattr(self._cursors, "generic", None)
-        if kept is None or kept[0].connection is not raw:
-            # Django's reconnect makes a new connection, which has prepared nothing.
-            kept = self._cursors.generic = (self._generic_cursor(raw), set[str]())
-        cursor, prepared = kept
-        name = f"alk_generic_{zlib.crc32(sql.encode()):08x}"
-        run = f"{GENERIC_PLAN}EXECUTE {name}({', '.join(['%s'] * len(params))})"
-        with wrapper.wrap_database_errors:
-            if name not in prepared:
-                cursor.execute(f"PREPARE {name} AS {numbered(sql)}")
-                prepared.add(name)
-            try:
-                cursor.execute(run, params)
-            except psycopg.errors.InvalidSqlStatementName:
-                cursor.execute(f"PREPARE {name} AS {numbered(sql)}")
-                cursor.execute(run, params)
-            cursor.nextset()
-            return cursor.fetchall()
-
-    @staticmethod
-    def _generic_cursor(raw: Any) -> Any:
-        """Return the cursor ``fetch_generic`` keeps for the connection ``raw``.
-
-        Its timestamps are read by psycopg's own loader (C, in psycopg's
-        binary build). Django's wraps that loader to put the connection's time
-        zone on each value, which the session's zone already is (Django sets
-        it, and the checks refuse ``USE_TZ = False``): a third of the cost of
-        decoding a claimed row, for the same instants.
-        """
-        import psycopg
-        from psycopg.types.datetime import TimestamptzLoader
-
-        cursor = psycopg.ClientCursor(raw)
-        cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
-        return cursor
 
     @staticmethod
     def _stamp_values(stamps: EnqueueStamps) -> tuple[str, list[Any]]:
