@@ -59,6 +59,10 @@ class Proc:
         return "worker started" in log or "scheduler " in log
 
 
+# What a worker's sentinel logs when it SIGKILLs the worker as stalled (worker/sentinel.py).
+WATCHDOG_KILL = "its sentinel kills it and settles its jobs"
+
+
 class Fleet:
     """The scenario's processes: start, kill, stop, restart, and read their logs."""
 
@@ -163,6 +167,22 @@ class Fleet:
             proc.terminated = True
         return {p.name: self.stop(p, timeout) for p in self.procs if not p.killed}
 
+    def stop_all_cleanly(self, *, watchdog_kills: bool = False) -> None:
+        """``stop_all``, then fail unless every process exited 0, with the logs' tails.
+
+        With ``watchdog_kills``, a worker its own sentinel SIGKILLed as stalled
+        (its log says so) counts as stopped: the scenario's accounting, not its
+        exit code, then proves that nothing it held was lost or run twice.
+        """
+        codes = self.stop_all()
+        stalled = self.watchdog_killed() if watchdog_kills else set()
+        unclean = {
+            name: code
+            for name, code in codes.items()
+            if code != 0 and not (code == -9 and name in stalled)
+        }
+        assert not unclean, (codes, self.tail())
+
     def cleanup(self) -> None:
         """Leave no child behind, whatever the test did."""
         for proc in self.procs:
@@ -173,7 +193,12 @@ class Fleet:
                 proc.popen.wait(10)
 
     def killed_names(self) -> set[str]:
-        return {p.name for p in self.procs if p.killed}
+        """The processes SIGKILLed: by the scenario, or as stalled by their own sentinel."""
+        return {p.name for p in self.procs if p.killed} | self.watchdog_killed()
+
+    def watchdog_killed(self) -> set[str]:
+        """The workers their sentinel SIGKILLed as stalled (their log says so)."""
+        return {p.name for p in self.procs if WATCHDOG_KILL in p.log()}
 
     def logs(self) -> str:
         return "".join(f"--- {p.name} ---\n{p.log()}" for p in self.procs)

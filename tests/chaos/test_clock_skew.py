@@ -49,8 +49,7 @@ def test_clock_an_hour_ahead__claims_nothing_early_and_steals_no_live_claim(flee
     ahead_s = (ChaosRun.objects.earliest("created_at").created_at - db_now()).total_seconds()
     assert ahead_s > SKEW_S - 600, ahead_s
     assert holder.ack()
-    codes = fleet.stop_all()
-    assert set(codes.values()) == {0}, codes
+    fleet.stop_all_cleanly()
     figures = account("5 clock an hour ahead", VENDOR, due, fleet)
     figures.notes = {"early_untouched": len(early), "live_claim_kept": 1, "skew_s": SKEW_S}
     settle(figures, fleet, started, report)

@@ -66,8 +66,7 @@ def test_listener_terminated_repeatedly__pickup_continues(fleet, report, chaos_l
 
     ids, terminated = trickle(120 if chaos_long else 8, 0.5, terminate)
     assert wait_for(drained(["chaos.work"]), 60), fleet.tail()
-    codes = fleet.stop_all()
-    assert set(codes.values()) == {0}, codes
+    fleet.stop_all_cleanly()
     reconnects = fleet.logs().count("listener reconnected")
     figures = account("3 listener terminated", VENDOR, ids, fleet)
     figures.restarts = terminated
@@ -103,8 +102,7 @@ def test_sqlite__wal_truncated_repeatedly_under_the_file_watch__pickup_continues
     finally:
         other.close()
     assert wait_for(drained(["chaos.work"]), 60), fleet.tail()
-    codes = fleet.stop_all()
-    assert set(codes.values()) == {0}, codes
+    fleet.stop_all_cleanly()
     figures = account("3s WAL truncated (SQLite)", VENDOR, ids, fleet)
     figures.restarts = truncations
     figures.notes = {"wal_truncations": truncations}
@@ -146,8 +144,7 @@ def test_sqlite__write_lock_held_for_seconds__workers_and_callers_wait_and_lose_
     finally:
         blocker.close()
     assert wait_for(drained(["chaos.work"]), 90), fleet.tail()
-    codes = fleet.stop_all()
-    assert set(codes.values()) == {0}, codes
+    fleet.stop_all_cleanly()
     assert "locked" not in fleet.logs()
     figures = account("2s write lock held (SQLite)", VENDOR, ids, fleet)
     figures.restarts = holds

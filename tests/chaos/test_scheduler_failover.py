@@ -102,7 +102,7 @@ def test_scheduler_failover__a_standby_takes_over_and_no_boundary_fires_twice(
     codes = {p.name: fleet.stop(p) for p in fleet.procs if p is not worker and not p.killed}
     assert wait_for(drained(["chaos.work"]), timeout=60), fleet.tail()
     codes.update(fleet.stop_all())
-    assert set(codes.values()) == {0}, codes
+    assert set(codes.values()) == {0}, (codes, fleet.tail())
     final = Schedule.objects.get(name="chaos-tick")
     parsed = parse_spec(spec, zone or "UTC")
     expected = boundaries(parsed, first_boundary, final.next_run_at, 10**6)[:-1]

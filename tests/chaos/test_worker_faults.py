@@ -63,14 +63,16 @@ def test_kill_storm__a_random_worker_sigkilled_every_second_loses_nothing(
         )
         fleet.restarts += 1
     assert wait_for(is_drained, timeout=60), fleet.tail()
-    codes = fleet.stop_all()
-    assert set(codes.values()) == {0}, codes
+    # Four workers restarted every second on a small machine can starve a loop
+    # past its stall limit (a third of the 2 s claim, at least 1 s): its
+    # sentinel then kills it, as it must before the claims lapse.
+    fleet.stop_all_cleanly(watchdog_kills=True)
     figures = account("1 kill storm", VENDOR, ids, fleet)
     settle(figures, fleet, started, report)
     assert figures.acked == count
     assert fleet.kills >= 1
     # A kill can interrupt at most the jobs its worker held under claim.
-    assert figures.rerun_after_kill <= fleet.kills * BATCH
+    assert figures.rerun_after_kill <= (fleet.kills + len(fleet.watchdog_killed())) * BATCH
     assert figures.rerun_after_retry == 0
 
 
@@ -156,8 +158,7 @@ def test_stale_worker__paused_past_its_lease_changes_nothing_when_resumed(
         assert not DeadJob.objects.filter(id=job_id).exists()
         refused += 1
         assert handle.ack()
-    codes = fleet.stop_all()
-    assert set(codes.values()) == {0}, codes
+    fleet.stop_all_cleanly()
     figures = account("6 stale worker", VENDOR, ids, fleet)
     figures.restarts = 0
     figures.notes = {"pauses_under_lease": survived, "pauses_past_lease": refused}
@@ -204,7 +205,7 @@ def test_stalled_worker__sigstopped_past_all_its_claims_takes_them_back_and_live
     assert "Traceback" not in worker.log(), fleet.tail()
     assert "claim lost id=" in worker.log()  # the stalls did outlast the claims
     codes = fleet.stop_all()
-    assert codes == {worker.name: 0}, codes
+    assert codes == {worker.name: 0}, (codes, fleet.tail())
     figures = account("6b stalled worker", VENDOR, ids, fleet)
     figures.notes = {"pauses_past_claims": pauses}
     settle(figures, fleet, started, report)
@@ -244,8 +245,7 @@ def test_poison_job__dead_lettered_after_exactly_max_attempts_while_others_carry
     assert is_drained(), fleet.tail()
     # The last death may come after the drain: its sentinel buries the job at once.
     exit_codes += [proc.popen.returncode for proc in fleet.reap()]
-    codes = fleet.stop_all()
-    assert set(codes.values()) == {0}, codes
+    fleet.stop_all_cleanly()
     dead = DeadJob.objects.get(id=poison_id)
     assert dead.attempts == 3
     assert "died while running this job" in dead.last_error
@@ -282,8 +282,7 @@ def test_poison_job__its_prefetched_neighbours_never_pay_for_its_crashes(fleet, 
             fleet.restarts += 1
         time.sleep(0.1)
     assert is_drained(), fleet.tail()
-    codes = fleet.stop_all()
-    assert set(codes.values()) == {0}, codes
+    fleet.stop_all_cleanly()
     assert exit_codes == [3, 3, 3]
     runs = sorted(ChaosRun.objects.filter(job_id=killer).values_list("attempt", flat=True))
     assert runs == [1, 2, 3]
@@ -319,8 +318,7 @@ def test_forking_child_killed__its_job_is_retried_and_the_process_pool_worker_li
     helpers = [int(path.read_text()) for path in tmp_path.iterdir() if path.name.isdigit()]
     assert len(helpers) == forks
     assert not [pid for pid in helpers if process_alive(pid)]
-    codes = fleet.stop_all()
-    assert set(codes.values()) == {0}, codes
+    fleet.stop_all_cleanly()
     for job_id in forking:
         runs = ChaosRun.objects.filter(job_id=job_id).values_list("attempt", flat=True)
         assert sorted(runs) == [1, 2]
