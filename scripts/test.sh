@@ -117,10 +117,12 @@ esac
 # started here, stopped when this script exits. It runs as postgres (it
 # refuses root) from a private directory.
 PGB_DIR=""
-stop_pgbouncer() {
+RESULTS=$(mktemp -d /tmp/alkstore-test.XXXXXX)  # each run's summary line, and what failed
+cleanup() {
   if [ -n "$PGB_DIR" ] && [ -f "$PGB_DIR/pgbouncer.pid" ]; then
     kill "$(cat "$PGB_DIR/pgbouncer.pid")" 2>/dev/null || true
   fi
+  rm -rf "$RESULTS"
 }
 start_pgbouncer() {
   PGB_DIR=$(mktemp -d /tmp/alkstore-pgbouncer.XXXXXX)
@@ -147,7 +149,7 @@ INI
   for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p "$PGBOUNCER_PORT" -q && return 0; sleep 0.5; done
   echo "!! PgBouncer did not come up:"; cat "$PGB_DIR/pgbouncer.log"; return 1
 }
-trap stop_pgbouncer EXIT
+trap cleanup EXIT
 case " $ENGINES " in *" pgbouncer "*) echo "== starting PgBouncer (transaction mode) on port $PGBOUNCER_PORT"; start_pgbouncer ;; esac
 
 # The admin browser test drives Debian's chromium (Playwright cannot download a browser here).
@@ -164,8 +166,6 @@ PYTHONPATH="$ROOT" "$LINT_VENV/bin/lint-imports" --no-cache >/dev/null \
   || { PYTHONPATH="$ROOT" "$LINT_VENV/bin/lint-imports" --no-cache; exit 1; }
 
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-FAILED=0
-SUMMARY=()
 
 run_pytest() {  # run_pytest LABEL VENV DATABASE_URL PYTEST_ARGS...
   local label=$1 venv=$2 url=$3 log status line
@@ -176,11 +176,10 @@ run_pytest() {  # run_pytest LABEL VENV DATABASE_URL PYTEST_ARGS...
   DATABASE_URL=$url "$venv/bin/python" -m pytest -q "$@" 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
   set -e
-  line=$(grep -E '^[=]* ?[0-9]+ (passed|failed)|no tests ran' "$log" | tail -1)
+  line=$(grep -E '^[=]* ?[0-9]+ (passed|failed)|no tests ran' "$log" | tail -1 || true)
   rm -f "$log"
-  SUMMARY+=("$label: ${line:-no result} (exit $status)")
-  if [ "$status" -ne 0 ]; then FAILED=1; fi
-  case $line in *passed*) ;; *) FAILED=1;; esac
+  echo "$label: ${line:-no result} (exit $status)" >> "$RESULTS/summary"
+  case "$status $line" in "0 "*passed*) ;; *) echo "$label" >> "$RESULTS/failed";; esac
 }
 
 # The README's install step, proved once per full run: the wheel in fresh venvs,
@@ -189,52 +188,103 @@ if [ $# -eq 0 ]; then
   run_pytest "install test (fresh venvs)" "$LINT_VENV" "sqlite:///$ROOT/.test-db/${PG_DB}-install.sqlite3" \
     tests/test_packaging.py
 fi
-
 for venv in "${VENVS[@]}"; do
-  # The fault-injection tier and the browser test exercise processes, signals
-  # and the database, not Django's version: they run under the first (newest)
-  # Django only, which keeps the whole command inside a few minutes. Django
-  # 6.0 runs the Tasks tests only (unless told what to run): the rest does not
-  # depend on 6.0 vs 6.1. The install test ran above, once.
-  LIMIT=(--ignore=tests/test_packaging.py)
-  newest=1
-  if [ "$venv" = .venv-django60 ] && [ $# -eq 0 ]; then
-    LIMIT+=(tests/tasks); newest=0
-  elif [ "$venv" != "${VENVS[0]}" ]; then
-    LIMIT+=(--ignore=tests/chaos --ignore=tests/browser); newest=0
-  fi
   version=$("$venv/bin/python" -c 'import django; print(django.get_version())')
   echo "== makemigrations --check (Django $version)"
   DJANGO_SETTINGS_MODULE=tests.settings "$venv/bin/django-admin" makemigrations --check --dry-run >/dev/null \
-    || { echo "!! missing migrations under Django $version"; FAILED=1; }
-  for engine in $ENGINES; do
-    direct=""
-    SELECT=("${LIMIT[@]}")
-    case $engine in
-      postgresql) url="postgres://postgres@127.0.0.1:5432/$PG_DB" ;;
-      mariadb)
-        # MariaDB and PgBouncer exercise the engines' SQL: the newest Django only.
-        [ "$newest" = 1 ] || continue
-        url="mysql://root@127.0.0.1:3306/$PG_DB" ;;
-      pgbouncer)
-        [ "$newest" = 1 ] || continue
-        url="postgres://postgres@127.0.0.1:$PGBOUNCER_PORT/$PG_DB"
-        direct="postgres://postgres@127.0.0.1:5432/$PG_DB"
-        if [ $# -eq 0 ]; then SELECT=(--ignore=tests/test_packaging.py "${PGBOUNCER_TESTS[@]}"); fi ;;
-      *) url="sqlite:///$ROOT/.test-db/${PG_DB}-$(basename "$venv").sqlite3" ;;
-    esac
-    export DIRECT_DATABASE_URL=$direct
-    run_pytest "Django $version / $engine" "$venv" "$url" "${SELECT[@]}" "$@"
-    if [ "$engine" = postgresql ] && [ "$newest" = 1 ] && [ $# -eq 0 ]; then
-      # alkstore on a database of its own beside the site's (the router, docs/scale.md):
-      # the integration tier with every alkstore table on a second alias of this server.
-      ALKSTORE_TEST_QUEUE_DATABASE=1 run_pytest "Django $version / $engine, alkstore on its own database" \
-        "$venv" "$url" tests/integration
-    fi
-  done
+    || { echo "!! missing migrations under Django $version"; echo "migrations ($version)" >> "$RESULTS/failed"; }
 done
+
+engine_url() {  # engine_url ENGINE VENV: set url (and direct, behind the pooler) for a run
+  direct=""
+  case $1 in
+    postgresql) url="postgres://postgres@127.0.0.1:5432/$PG_DB" ;;
+    mariadb) url="mysql://root@127.0.0.1:3306/$PG_DB" ;;
+    pgbouncer)
+      url="postgres://postgres@127.0.0.1:$PGBOUNCER_PORT/$PG_DB"
+      direct="postgres://postgres@127.0.0.1:5432/$PG_DB" ;;
+    *) url="sqlite:///$ROOT/.test-db/${PG_DB}-$(basename "$2").sqlite3" ;;
+  esac
+  export DIRECT_DATABASE_URL=$direct
+}
+
+run_suites() {  # LANE_ENGINES=... run_suites PYTEST_ARGS...: each Django's suite on those engines in turn
+  local venv engine newest version
+  for venv in "${VENVS[@]}"; do
+    # The fault-injection tier and the browser test exercise processes, signals
+    # and the database, not Django's version: they run under the first (newest)
+    # Django only. Django 6.0 runs the Tasks tests only (unless told what to
+    # run): the rest does not depend on 6.0 vs 6.1. The install test ran above, once.
+    LIMIT=(--ignore=tests/test_packaging.py)
+    newest=1
+    if [ "$venv" = .venv-django60 ] && [ $# -eq 0 ]; then
+      LIMIT+=(tests/tasks); newest=0
+    elif [ "$venv" != "${VENVS[0]}" ]; then
+      LIMIT+=(--ignore=tests/chaos --ignore=tests/browser); newest=0
+    elif [ "$CHAOS_APART" = 1 ]; then
+      LIMIT+=(--ignore=tests/chaos)
+    fi
+    version=$("$venv/bin/python" -c 'import django; print(django.get_version())')
+    for engine in $LANE_ENGINES; do
+      # MariaDB and PgBouncer exercise the engines' SQL: the newest Django only.
+      case $engine in mariadb|pgbouncer) [ "$newest" = 1 ] || continue ;; esac
+      engine_url "$engine" "$venv"
+      SELECT=("${LIMIT[@]}")
+      if [ "$engine" = pgbouncer ] && [ $# -eq 0 ]; then
+        SELECT=(--ignore=tests/test_packaging.py "${PGBOUNCER_TESTS[@]}")
+      fi
+      run_pytest "Django $version / $engine" "$venv" "$url" "${SELECT[@]}" "$@"
+      if [ "$engine" = postgresql ] && [ "$newest" = 1 ] && [ $# -eq 0 ]; then
+        # alkstore on a database of its own beside the site's (the router, docs/scale.md):
+        # the integration tier with every alkstore table on a second alias of this server.
+        ALKSTORE_TEST_QUEUE_DATABASE=1 run_pytest "Django $version / $engine, alkstore on its own database" \
+          "$venv" "$url" tests/integration
+      fi
+    done
+  done
+}
+
+# Two lanes side by side: the runs on the PostgreSQL server (direct and through
+# PgBouncer, which share its test database) one after another in one, SQLite and
+# MariaDB in the other. Each run waits mostly on its server and its worker
+# subprocesses (a pytest process uses about half a CPU), so on two CPUs the
+# lanes take about the time of the longer one. The PostgreSQL lane prints as it
+# runs, the other's output follows it whole. The fault-injection tier judges
+# timing under kills, stops and restarts: it runs after the lanes, one engine at
+# a time, on a machine otherwise quiet. ALKSTORE_PARALLEL=0 runs everything in turn.
+PG_LANE="" OTHER_LANE=""
+for engine in $ENGINES; do
+  case $engine in
+    postgresql|pgbouncer) PG_LANE="$PG_LANE $engine" ;;
+    *) OTHER_LANE="$OTHER_LANE $engine" ;;
+  esac
+done
+CHAOS_APART=0
+if [ "${ALKSTORE_PARALLEL:-1}" = 0 ] || [ -z "$PG_LANE" ] || [ -z "$OTHER_LANE" ]; then
+  LANE_ENGINES=$ENGINES run_suites "$@"
+else
+  [ $# -eq 0 ] && CHAOS_APART=1
+  echo "== two lanes:$PG_LANE (its output below as it runs) beside$OTHER_LANE (its output after)"
+  (LANE_ENGINES=$OTHER_LANE; run_suites "$@") > "$RESULTS/others.log" 2>&1 &
+  other_pid=$!
+  (LANE_ENGINES=$PG_LANE; run_suites "$@") &
+  pg_pid=$!
+  wait "$pg_pid" || echo "lane$PG_LANE" >> "$RESULTS/failed"
+  wait "$other_pid" || echo "lane$OTHER_LANE" >> "$RESULTS/failed"
+  echo "== lane:$OTHER_LANE"; cat "$RESULTS/others.log"
+fi
+if [ "$CHAOS_APART" = 1 ]; then
+  version=$("$LINT_VENV/bin/python" -c 'import django; print(django.get_version())')
+  for engine in $ENGINES; do
+    [ "$engine" = pgbouncer ] && continue  # the pooler's subset has no chaos tier
+    engine_url "$engine" "$LINT_VENV"
+    run_pytest "Django $version / $engine, the fault-injection tier" "$LINT_VENV" "$url" tests/chaos
+  done
+fi
 
 echo
 echo "== summary"
-printf '%s\n' "${SUMMARY[@]}"
-exit $FAILED
+cat "$RESULTS/summary" 2>/dev/null || true
+if [ -s "$RESULTS/failed" ]; then
+  echo "== failed:"; cat "$RESULTS/failed"; exit 1
+fi

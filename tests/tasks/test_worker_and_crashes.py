@@ -58,7 +58,8 @@ def start_worker_and_kill_mid_task(subprocess_env, result, queue, marker, *, who
     )
     try:
         assert wait_for(marker.exists, timeout=30.0), "the worker never started the task"
-        assert marker.read_text() == result.id
+        # write_text creates the file before it writes: wait for the id, not the name.
+        assert wait_for(lambda: marker.read_text(), timeout=5) == result.id
     finally:
         if whole_group:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -7,7 +7,7 @@ per process (``wakeups.py``).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from functools import cache, cached_property, partial
 from typing import Any
 
@@ -70,14 +70,16 @@ def _plus(base: str, seconds: str) -> str:
     return f"({base} + make_interval(secs => {seconds}))"
 
 
-def id_array(ids: Iterable[int]) -> str:
-    """Return ``ids`` as a ``bigint[]`` literal: quoted as one string, not an element at a time."""
-    return "{" + ",".join(map(str, ids)) + "}"
+def fence_params(fences: Sequence[tuple[int, int]]) -> list[str]:
+    """Return ``FENCED_ACK``'s first two parameters for ``fences`` (id, generation).
 
-
-def fence_object(fences: Sequence[tuple[int, int]]) -> str:
-    """Return ``FENCED_ACK``'s fences as the JSON object it looks generations up in."""
-    return "{" + ",".join(f'"{job_id}":{generation}' for job_id, generation in fences) + "}"
+    The ids go as one ``bigint[]`` literal (psycopg would adapt a list an
+    element at a time) and the generations as the JSON object the ack looks
+    them up in.
+    """
+    ids = "{" + ",".join(str(job_id) for job_id, _ in fences) + "}"
+    generations = "{" + ",".join(f'"{job_id}":{generation}' for job_id, generation in fences) + "}"
+    return [ids, generations]
 
 
 def _row_values(when: str, expires: bool) -> str:
@@ -266,8 +268,7 @@ class PostgresDialect(
         # are already invalid), exhausted ones to the dead letters. The CTEs
         # touch disjoint rows: an acked row's claim is live, a lapsed one's
         # has passed.
-        ids = id_array(f[0] for f in fences)
-        params = [ids, fence_object(fences), ack_worker_id, queue, queue, queue, n, n, worker_id]
+        params = [*fence_params(fences), ack_worker_id, queue, queue, queue, n, n, worker_id]
         rows = self.fetch_generic(self._claim_sql, params)
         acked = list(rows[0][0] or ()) if rows else []
         codec = app_settings.payload_codec
@@ -330,8 +331,7 @@ class PostgresDialect(
         return self._rowcount(sql, [list(ids), queue])
 
     def ack_fenced(self, worker_id: str, fences: Sequence[tuple[int, int]]) -> list[int]:
-        ids = id_array(f[0] for f in fences)
-        rows = self._fetchall(FENCED_ACK, [ids, fence_object(fences), worker_id])
+        rows = self._fetchall(FENCED_ACK, [*fence_params(fences), worker_id])
         return [row[0] for row in rows]
 
     def notify(self, channel: str, payload: str) -> None:
