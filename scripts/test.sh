@@ -11,7 +11,8 @@
 #
 # ALKSTORE_DJANGOS="6 60 52" and ALKSTORE_ENGINES="sqlite postgresql mariadb pgbouncer"
 # narrow a run; ALKSTORE_TEST_PG_DB names the PostgreSQL and MariaDB database
-# (the suite uses test_<name>); ALKSTORE_PGBOUNCER_PORT is PgBouncer's port.
+# (the suite uses test_<name>); ALKSTORE_PGBOUNCER_PORT is PgBouncer's port;
+# ALKSTORE_PARALLEL=0 runs the engines in turn instead of in two lanes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -179,7 +180,7 @@ run_pytest() {  # run_pytest LABEL VENV DATABASE_URL PYTEST_ARGS...
   line=$(grep -E '^[=]* ?[0-9]+ (passed|failed)|no tests ran' "$log" | tail -1 || true)
   rm -f "$log"
   echo "$label: ${line:-no result} (exit $status)" >> "$RESULTS/summary"
-  case "$status $line" in "0 "*passed*) ;; *) echo "$label" >> "$RESULTS/failed";; esac
+  if [ "$status" -ne 0 ]; then echo "$label" >> "$RESULTS/failed"; fi
 }
 
 # The README's install step, proved once per full run: the wheel in fresh venvs,
@@ -199,6 +200,8 @@ engine_url() {  # engine_url ENGINE VENV: set url (and direct, behind the pooler
   direct=""
   case $1 in
     postgresql) url="postgres://postgres@127.0.0.1:5432/$PG_DB" ;;
+    # A database of its own, so this run can share the server with the others.
+    postgresql-queues) url="postgres://postgres@127.0.0.1:5432/${PG_DB}_q" ;;
     mariadb) url="mysql://root@127.0.0.1:3306/$PG_DB" ;;
     pgbouncer)
       url="postgres://postgres@127.0.0.1:$PGBOUNCER_PORT/$PG_DB"
@@ -227,41 +230,48 @@ run_suites() {  # LANE_ENGINES=... run_suites PYTEST_ARGS...: each Django's suit
     version=$("$venv/bin/python" -c 'import django; print(django.get_version())')
     for engine in $LANE_ENGINES; do
       # MariaDB and PgBouncer exercise the engines' SQL: the newest Django only.
-      case $engine in mariadb|pgbouncer) [ "$newest" = 1 ] || continue ;; esac
+      case $engine in mariadb|pgbouncer|postgresql-queues) [ "$newest" = 1 ] || continue ;; esac
       engine_url "$engine" "$venv"
       SELECT=("${LIMIT[@]}")
       if [ "$engine" = pgbouncer ] && [ $# -eq 0 ]; then
         SELECT=(--ignore=tests/test_packaging.py "${PGBOUNCER_TESTS[@]}")
       fi
-      run_pytest "Django $version / $engine" "$venv" "$url" "${SELECT[@]}" "$@"
-      if [ "$engine" = postgresql ] && [ "$newest" = 1 ] && [ $# -eq 0 ]; then
+      if [ "$engine" = postgresql-queues ]; then
         # alkstore on a database of its own beside the site's (the router, docs/scale.md):
         # the integration tier with every alkstore table on a second alias of this server.
-        ALKSTORE_TEST_QUEUE_DATABASE=1 run_pytest "Django $version / $engine, alkstore on its own database" \
+        [ $# -eq 0 ] || continue
+        ALKSTORE_TEST_QUEUE_DATABASE=1 run_pytest "Django $version / postgresql, alkstore on its own database" \
           "$venv" "$url" tests/integration
+      else
+        run_pytest "Django $version / $engine" "$venv" "$url" "${SELECT[@]}" "$@"
       fi
     done
   done
 }
 
-# Two lanes side by side: the runs on the PostgreSQL server (direct and through
-# PgBouncer, which share its test database) one after another in one, SQLite and
-# MariaDB in the other. Each run waits mostly on its server and its worker
-# subprocesses (a pytest process uses about half a CPU), so on two CPUs the
-# lanes take about the time of the longer one. The PostgreSQL lane prints as it
-# runs, the other's output follows it whole. The fault-injection tier judges
-# timing under kills, stops and restarts: it runs after the lanes, one engine at
-# a time, on a machine otherwise quiet. ALKSTORE_PARALLEL=0 runs everything in turn.
-PG_LANE="" OTHER_LANE=""
+# Two lanes side by side: the runs on the PostgreSQL server's test database
+# (direct and through PgBouncer, which share it) one after another in one;
+# SQLite, MariaDB and the run with alkstore on a database of its own (another
+# database of that server) in the other. Each run waits mostly on its server
+# and its worker subprocesses (a pytest process uses about half a CPU), so on
+# two CPUs the lanes take about the time of the longer one. The PostgreSQL lane
+# prints as it runs, the other's output follows it whole. The fault-injection
+# tier judges timing under kills, stops and restarts (it restarts the servers):
+# it runs after the lanes, one engine at a time, on a machine otherwise quiet.
+# ALKSTORE_PARALLEL=0 runs everything in turn.
+PG_LANE="" OTHER_LANE="" ALL_RUNS=""
 for engine in $ENGINES; do
   case $engine in
-    postgresql|pgbouncer) PG_LANE="$PG_LANE $engine" ;;
+    postgresql) PG_LANE="$PG_LANE $engine"; OTHER_LANE="$OTHER_LANE postgresql-queues" ;;
+    pgbouncer) PG_LANE="$PG_LANE $engine" ;;
     *) OTHER_LANE="$OTHER_LANE $engine" ;;
   esac
+  ALL_RUNS="$ALL_RUNS $engine"
+  [ "$engine" = postgresql ] && ALL_RUNS="$ALL_RUNS postgresql-queues"
 done
 CHAOS_APART=0
-if [ "${ALKSTORE_PARALLEL:-1}" = 0 ] || [ -z "$PG_LANE" ] || [ -z "$OTHER_LANE" ]; then
-  LANE_ENGINES=$ENGINES run_suites "$@"
+if [ "${ALKSTORE_PARALLEL:-1}" = 0 ] || [ -z "$PG_LANE" ] || [ "$OTHER_LANE" = " postgresql-queues" ]; then
+  LANE_ENGINES=$ALL_RUNS run_suites "$@"
 else
   [ $# -eq 0 ] && CHAOS_APART=1
   echo "== two lanes:$PG_LANE (its output below as it runs) beside$OTHER_LANE (its output after)"
