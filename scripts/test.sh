@@ -259,19 +259,17 @@ run_suites() {  # LANE_ENGINES=... run_suites PYTEST_ARGS...: each Django's suit
 # tier judges timing under kills, stops and restarts (it restarts the servers):
 # it runs after the lanes, one engine at a time, on a machine otherwise quiet.
 # ALKSTORE_PARALLEL=0 runs everything in turn.
-PG_LANE="" OTHER_LANE="" ALL_RUNS=""
+PG_LANE="" OTHER_LANE=""
 for engine in $ENGINES; do
   case $engine in
     postgresql) PG_LANE="$PG_LANE $engine"; OTHER_LANE="$OTHER_LANE postgresql-queues" ;;
     pgbouncer) PG_LANE="$PG_LANE $engine" ;;
     *) OTHER_LANE="$OTHER_LANE $engine" ;;
   esac
-  ALL_RUNS="$ALL_RUNS $engine"
-  [ "$engine" = postgresql ] && ALL_RUNS="$ALL_RUNS postgresql-queues"
 done
 CHAOS_APART=0
 if [ "${ALKSTORE_PARALLEL:-1}" = 0 ] || [ -z "$PG_LANE" ] || [ "$OTHER_LANE" = " postgresql-queues" ]; then
-  LANE_ENGINES=$ALL_RUNS run_suites "$@"
+  LANE_ENGINES="$PG_LANE $OTHER_LANE" run_suites "$@"
 else
   [ $# -eq 0 ] && CHAOS_APART=1
   echo "== two lanes:$PG_LANE (its output below as it runs) beside$OTHER_LANE (its output after)"
