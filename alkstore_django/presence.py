@@ -51,6 +51,12 @@ def announce(
     )
 
 
+def set_waiting(using: str, worker_id: str, waiting: bool) -> bool:
+    """Say whether ``worker_id`` waits for wake-ups; return False when it has no row."""
+    rows = LiveWorker.objects.using(using).filter(worker_id=worker_id).update(waiting=waiting)
+    return bool(rows)
+
+
 def leave(using: str, worker_id: str) -> None:
     """Delete ``worker_id``'s row: it has stopped."""
     LiveWorker.objects.using(using).filter(worker_id=worker_id).delete()

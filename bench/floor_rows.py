@@ -149,11 +149,9 @@ def floor_derived(values: dict[str, list[float]], engine: str, names: Names) -> 
         floor, who = names.producing(k, "floor"), plural(k, "producer")
         ratio(f"{who}, alkstore / floor", RATIO, names.producing(k, "alkstore"), floor,
               ">= 0.85" if k == 8 else "")  # fmt: skip
-        ratio(f"{who}, alkstore-eager / floor", RATIO, names.producing(k, "alkstore-eager"),
-              floor)  # fmt: skip
-        # The notifications' own cost: the same inserts by alkstore, nearly without them.
-        ratio(f"{who}, alkstore / alkstore-quiet", ALKSTORE, names.producing(k, "alkstore"),
-              names.producing(k, "alkstore-quiet"))  # fmt: skip
+        # A worker of the queue waiting: the coalesced notifications' cost.
+        for mode in ("alkstore-waiting", "alkstore-eager"):
+            ratio(f"{who}, {mode} / floor", RATIO, names.producing(k, mode), floor)
     return rows
 
 

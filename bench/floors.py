@@ -4,8 +4,8 @@
     python -m bench.floors enqueue N             # alkstore's one-row enqueue statement, raw
     python -m bench.floors listen N              # PostgreSQL: the LISTEN pickup floor
     python -m bench.floors producers N K MODE    # PostgreSQL: K producers enqueueing at once
-                                                 # (MODE alkstore, alkstore-eager,
-                                                 # alkstore-quiet or floor)
+                                                 # (MODE alkstore, alkstore-waiting,
+                                                 # alkstore-eager or floor)
 
 ``bench/run.py --workloads floor`` runs them round by round beside alkstore's
 own commands (``bench.workloads``) and prints the ratios (``bench/floor_rows.py``).
@@ -42,16 +42,19 @@ CHANNEL = "floor_wake"
 # Batch 1 drains at most this many jobs: one commit per job.
 BATCH_ONE_JOBS = 3_000
 PRODUCER_COUNTS = (1, 2, 4, 8)
-# The producers' modes: alkstore's coalesced wake-ups (the default
-# NOTIFY_COALESCE_S), alkstore with a notification on every commit, alkstore
-# with nearly none (the largest window: one per process a second), the raw
+# The producers' modes: alkstore's defaults with no worker of the queue
+# waiting (each busy, or none running: no notification is sent), the same
+# with one waiting (a live-worker row that says so: the coalesced wake-ups,
+# one per process per NOTIFY_COALESCE_S), alkstore with a notification on
+# every commit (the window at 0: the behaviour before issue 27), and the raw
 # statement without one.
 MODES = {
     "alkstore": {},
+    "alkstore-waiting": {},
     "alkstore-eager": {"BENCH_NOTIFY_COALESCE_S": "0"},
-    "alkstore-quiet": {"BENCH_NOTIFY_COALESCE_S": "1.0"},
     "floor": {},
 }
+WAITING_WORKER = "bench-floors-waiting"
 PRIORITY_ORDER = "ORDER BY priority DESC, run_at, id"
 # The fused cycle on PostgreSQL: one prepared statement in autocommit acks
 # (deletes) the previous batch and claims the next, as alkstore's claim does,
@@ -332,7 +335,9 @@ def enqueue_statement(queue: str, channel: str = "") -> tuple[str, Callable[[str
         from alkstore_django.dialects.postgresql.dialect import _enqueue_sql
 
         when, shared = dialect._stamp_values(stamps)
-        sql = _enqueue_sql(True, when, stamps.expires_s is not None, bool(channel))
+        sql = _enqueue_sql(
+            True, when, stamps.expires_s is not None, "always" if channel else "none"
+        )
         tail = [channel] if channel else []
         return sql, lambda payload: [queue, payload, *shared, *tail]
     if dialect.vendor == "sqlite":
@@ -428,6 +433,16 @@ def cmd_producers(n: str, k: str, mode: str) -> dict:
     from bench.workloads import ROOT
 
     prepare()
+    from alkstore_django import presence
+    from alkstore_django.conf import app_settings
+
+    using = app_settings.database
+    presence.leave(using, WAITING_WORKER)
+    if mode == "alkstore-waiting":
+        presence.announce(
+            using, WAITING_WORKER, queues=[PRODUCER_QUEUE], pool="threads", concurrency=1,
+            counts=(0, 0, 0),
+        )  # fmt: skip
     jobs, producers = int(n), int(k)
     env = {**os.environ, **MODES[mode]}
     children = [
@@ -454,6 +469,7 @@ def cmd_producers(n: str, k: str, mode: str) -> dict:
             child.stdin.flush()
         outputs = [child.communicate(timeout=600)[0] for child in children]
     finally:
+        presence.leave(using, WAITING_WORKER)
         for child in children:
             if child.poll() is None:
                 child.kill()

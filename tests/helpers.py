@@ -493,3 +493,24 @@ def running_worker(queues, **kwargs):
     assert not thread.is_alive()
     assert not errors, errors
     assert worker.broken is None, worker.broken
+
+
+@contextmanager
+def waiting_worker(*queues: str, waiting: bool = True) -> Iterator[str]:
+    """Hold a live-worker row of ``queues`` for the block, as a worker that waits (or not).
+
+    Producers on PostgreSQL send a queue's wake-up only while one of its
+    workers waits (``LiveWorker.waiting``): a test that listens for it with
+    no worker running stands one in.
+    """
+    from alkstore_django import presence
+
+    worker_id = f"test-waiting-{os.getpid()}-{threading.get_ident()}"
+    presence.announce(
+        ALKSTORE_DB, worker_id, queues=queues, pool="threads", concurrency=1, counts=(0, 0, 0)
+    )
+    presence.set_waiting(ALKSTORE_DB, worker_id, waiting)
+    try:
+        yield worker_id
+    finally:
+        presence.leave(ALKSTORE_DB, worker_id)

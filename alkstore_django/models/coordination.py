@@ -101,6 +101,12 @@ class LiveWorker(models.Model):
     dead = models.PositiveBigIntegerField(default=0)
     started_at = models.DateTimeField(db_default=Now())
     last_seen_at = models.DateTimeField(db_default=Now())
+    # True while the worker would claim on a wake-up (its last claim left its
+    # queues drained): producers on PostgreSQL send a queue's NOTIFY only
+    # while a worker of the queue waits (``dialects/postgresql/wakeups.py``).
+    # True by default, so a row written by a worker that never clears it is
+    # always woken.
+    waiting = models.BooleanField(default=True, db_default=True)
 
     class Meta:
         verbose_name = "live worker"

@@ -48,7 +48,7 @@ from .serving import Pool
 from .slots import Pulse
 from .tally import Tally, WorkerStats
 from .threads import ThreadPool
-from .upkeep import Upkeep
+from .upkeep import Upkeep, announce
 
 logger = logging.getLogger("alkstore_django.worker")
 
@@ -172,6 +172,12 @@ class Worker:
         # Written by the watcher's thread only; read with when the last claims began.
         self.heard_at = float("-inf")
         self._filled_at = 0.0
+        # What this worker's live-worker row says: whether it waits for
+        # wake-ups, and since when; written after the first claim (None:
+        # not yet). Kept only where producers read it: coalesced wake-ups on
+        # PostgreSQL.
+        self.waiting: bool | None = None
+        self._waiting_at = float("-inf")
 
     @property
     def stats(self) -> WorkerStats:
@@ -268,10 +274,12 @@ class Worker:
         self._filled_at = time.monotonic()
         claimed, drained = self._fill()
         self.completer.flush_acks(force=drained)
-        if claimed and not drained:
-            return 0.0  # more is waiting: claim again at once
         if self.burst and drained and not self.holdings:
             return None
+        if self.coalesce_s and drained != self.waiting:
+            self._wait_for_wakeups(drained)
+        if claimed and not drained:
+            return 0.0  # more is waiting: claim again at once
         timeout = self._idle_timeout(drained)
         self._db_failures = 0
         return timeout
@@ -283,7 +291,7 @@ class Worker:
             timeout = min(timeout, release_s)
         if self.completer.acks:
             timeout = min(timeout, ACK_LINGER_S)
-        recheck_at = self.heard_at + self.coalesce_s
+        recheck_at = max(self.heard_at, self._waiting_at) + self.coalesce_s
         if recheck_at > self._filled_at:
             timeout = min(timeout, recheck_at - time.monotonic())
         if drained and len(self.holdings) < self.capacity:
@@ -346,6 +354,22 @@ class Worker:
         hold = self.holdings.add
         self.pool_lanes.submit([hold(handle, func, now) for handle in handles])
         return len(handles)
+
+    def _wait_for_wakeups(self, waiting: bool) -> None:
+        """Tell producers whether this worker waits for wake-ups (``LiveWorker.waiting``).
+
+        A worker whose last claim found more than it could take claims again
+        on its own as it frees up: producers leave its queues' notifications
+        out meanwhile. Once it waits, an enqueue that looked just before the
+        flag committed sent none; it committed within a window of looking
+        (``wakeups.py``), so the claim a window after the flag finds it.
+        """
+        if not presence.set_waiting(self.store.using, self.worker_id, waiting):
+            announce(self, self.store, self._queues)  # the row was gone: it says waiting
+            presence.set_waiting(self.store.using, self.worker_id, waiting)
+        self.waiting = waiting
+        if waiting:
+            self._waiting_at = time.monotonic()
 
     def _watch(self) -> None:
         watch_queues(

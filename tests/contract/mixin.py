@@ -22,7 +22,7 @@ from alkstore_django.dialects import Dialect, dialect_class, dialect_for
 from alkstore_django.models import DeadJob, Job, OutcomeMinute, Schedule
 from alkstore_django.notify import open_watcher
 from tests.factories import DeadJobFactory
-from tests.helpers import expire_job, lapse_claim, make_due
+from tests.helpers import expire_job, lapse_claim, make_due, waiting_worker
 
 
 def stamps(queue: str, **changes):
@@ -216,18 +216,21 @@ class DialectContract:
         assert 100 < dialect.next_due_at(["c"]) <= 120
 
     def test_watcher__wakes_on_a_committed_enqueue_only(self, dialect):
-        watcher = open_watcher(store, [store.queue("w").channel], queues=["w"])
-        try:
-            with pytest.raises(RuntimeError), transaction.atomic():
-                self.enqueue(dialect, queue="w")
-                raise RuntimeError("rollback")
-            assert watcher.wait(0.3) is False
-            with transaction.atomic():
-                self.enqueue(dialect, queue="w")
+        # Producers wake only a waiting worker; its row is written before the
+        # watch starts (SQLite's watcher wakes on any commit).
+        with waiting_worker("w"):
+            watcher = open_watcher(store, [store.queue("w").channel], queues=["w"])
+            try:
+                with pytest.raises(RuntimeError), transaction.atomic():
+                    self.enqueue(dialect, queue="w")
+                    raise RuntimeError("rollback")
                 assert watcher.wait(0.3) is False
-            assert watcher.wait(5.0) is True
-        finally:
-            watcher.close()
+                with transaction.atomic():
+                    self.enqueue(dialect, queue="w")
+                    assert watcher.wait(0.3) is False
+                assert watcher.wait(5.0) is True
+            finally:
+                watcher.close()
 
     def test_dead_letters__keep_the_clock_in_utc(self, dialect):
         job_id = self.enqueue(dialect)[0]

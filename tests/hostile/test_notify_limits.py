@@ -17,7 +17,7 @@ from alkstore_django.errors import InvalidArgument
 from alkstore_django.notify import MAX_NOTIFY_PAYLOAD_BYTES, open_watcher
 from alkstore_django.queues import channel_for
 from alkstore_django.validation import MAX_NAME_LENGTH
-from tests.helpers import BOUNDED, HOSTILE_NAMES
+from tests.helpers import BOUNDED, HOSTILE_NAMES, waiting_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -78,7 +78,8 @@ def test_notify__a_refused_payload_leaves_the_wake_up_working(payload):
 def test_enqueue__on_an_odd_or_long_queue_name_wakes_its_watcher(name):
     watcher = open_watcher(store, [channel_for(name)], queues=[name])
     try:
-        store.queue(name).enqueue({"odd": name})
+        with waiting_worker(name):  # producers wake only a waiting worker
+            store.queue(name).enqueue({"odd": name})
         assert watcher.wait(WAIT_S)
     finally:
         watcher.close()

@@ -1,25 +1,37 @@
-"""Queue wake-ups coalesced per process (``NOTIFY_COALESCE_S``), and no job left waiting on it.
+"""Queue wake-ups coalesced per process (``NOTIFY_COALESCE_S``) and sent only while a
+worker waits, and no job left waiting on either.
 
 Every commit that sends a notification takes PostgreSQL's one notification
 lock, so an enqueue that follows a wake-up of the same process within the
-window sends none; an idle worker claims again a window after each wake-up
-it hears. The window is widened here so that the timings are not races.
+window sends none, and neither does one while no worker of its queue waits
+(``LiveWorker.waiting``); an idle worker claims again a window after each
+wake-up it hears and after it starts to wait. The window is widened here so
+that the timings are not races.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from unittest import mock
 
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
 from django.test import override_settings
 
-from alkstore_django import store
+from alkstore_django import presence, store
+from alkstore_django.models import LiveWorker
 from alkstore_django.notify import open_watcher
 from alkstore_django.queues import channel_for
-from tests.helpers import ALKSTORE_DB, ROUTING, postgres_only, running_worker, wait_for
+from tests.helpers import (
+    ALKSTORE_DB,
+    ROUTING,
+    postgres_only,
+    running_worker,
+    wait_for,
+    waiting_worker,
+)
 from tests.testapp.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,8 +66,15 @@ def heard():
     watcher.close()
 
 
+@pytest.fixture
+def waiter():
+    """A worker of the queue that waits for wake-ups (its live-worker row)."""
+    with waiting_worker(QUEUE) as worker_id:
+        yield worker_id
+
+
 @notifies
-def test_enqueues_within_the_window__send_one_wake_up(window, heard):
+def test_enqueues_within_the_window__send_one_wake_up(window, heard, waiter):
     q = store.queue(QUEUE)
     for i in range(5):
         q.enqueue(i)
@@ -66,7 +85,7 @@ def test_enqueues_within_the_window__send_one_wake_up(window, heard):
 
 
 @notifies
-def test_no_window__every_enqueue_sends_its_wake_up(heard):
+def test_no_window__every_enqueue_sends_its_wake_up__waiting_or_not(heard):
     with override_settings(ALKSTORE={**ROUTING, "NOTIFY_COALESCE_S": 0}):
         q = store.queue(QUEUE)
         for i in range(3):
@@ -76,7 +95,7 @@ def test_no_window__every_enqueue_sends_its_wake_up(heard):
 
 
 @notifies
-def test_quiet_enqueue_committed_past_the_window__sends_its_own_wake_up(window, heard):
+def test_quiet_enqueue_committed_past_the_window__sends_its_own_wake_up(window, heard, waiter):
     q = store.queue(QUEUE)
     q.enqueue("first")
     assert heard(0.1) == 1
@@ -96,17 +115,18 @@ def test_steady_enqueues__carry_their_wake_ups_in_the_statement():
     # next enqueue's statement.
     window_s = 0.005
     separate = 0
-    real = store.dialect._wake
+    real = store.dialect.wake_if_waiting
 
-    def counted(channel: str) -> None:
+    def counted(queue: str, channel: str) -> None:
         nonlocal separate
         separate += 1
-        real(channel)
+        real(queue, channel)
 
     q = store.queue(QUEUE)
     with (
         override_settings(ALKSTORE={**ROUTING, "NOTIFY_COALESCE_S": window_s}),
-        mock.patch.object(store.dialect, "_wake", counted),
+        mock.patch.object(store.dialect, "wake_if_waiting", counted),
+        waiting_worker(QUEUE),
     ):
         started = time.monotonic()
         for i in range(300):
@@ -117,7 +137,7 @@ def test_steady_enqueues__carry_their_wake_ups_in_the_statement():
 
 
 @notifies
-def test_rolled_back_enqueue__sends_nothing_and_records_no_wake_up(window, heard):
+def test_rolled_back_enqueue__sends_nothing_and_records_no_wake_up(window, heard, waiter):
     q = store.queue(QUEUE)
     with contextlib.suppress(RuntimeError), transaction.atomic(using=ALKSTORE_DB):
         q.enqueue("rolled back")
@@ -143,3 +163,83 @@ def test_idle_worker__runs_a_job_enqueued_without_a_wake_up_within_the_window(wi
         started = time.monotonic()
         assert wait_for(lambda: Run.objects.filter(job_id=second).exists(), timeout=5)
         assert time.monotonic() - started < WINDOW_S + 2
+
+
+@notifies
+def test_no_worker_waiting__an_enqueue_sends_no_wake_up(window, heard):
+    # Every worker of the queue is busy (or none runs): each claims again as
+    # it frees up, so the notification's lock would buy nothing.
+    q = store.queue(QUEUE)
+    q.enqueue("nobody waits")
+    with waiting_worker(QUEUE, waiting=False):
+        time.sleep(WINDOW_S)
+        q.enqueue("its worker is busy")
+        assert heard(0.3) == 0
+    with waiting_worker("t.other"):
+        time.sleep(WINDOW_S)
+        q.enqueue("a worker of another queue waits")
+        assert heard(0.3) == 0
+    with waiting_worker("t.other", QUEUE):
+        time.sleep(WINDOW_S)
+        q.enqueue("a worker of this queue and another waits")
+        assert heard(0.3) == 1
+
+
+@notifies
+def test_enqueue_that_found_no_waiter__asks_again_when_it_commits_past_the_window(window, heard):
+    # It looked before a worker started to wait, and committed later than
+    # that worker's claim a window after its flag: it sends a wake-up itself.
+    with waiting_worker(QUEUE, waiting=False) as worker_id:
+        with transaction.atomic(using=ALKSTORE_DB):
+            store.queue(QUEUE).enqueue("looked while nobody waited")
+
+            def starts_to_wait() -> None:  # on a connection of its own, committed at once
+                presence.set_waiting(ALKSTORE_DB, worker_id, True)
+                connections.close_all()
+
+            flip = threading.Thread(target=starts_to_wait)
+            flip.start()
+            flip.join()
+            time.sleep(WINDOW_S)
+            assert heard(0.1) == 0
+        assert heard(0.3) == 1
+
+
+def test_worker__waits_only_while_its_last_claim_drained_the_queue(window):
+    # One slot, one job held: while the slow job runs and another waits in
+    # the queue, the worker does not wait for wake-ups; once both ran it does.
+    slow = store.queue("t.slow")
+    with running_worker(["t.slow"], concurrency=1, batch=1, poll_interval_s=30) as worker:
+
+        def flag() -> bool | None:
+            row = LiveWorker.objects.using(ALKSTORE_DB).filter(worker_id=worker.worker_id)
+            return row.values_list("waiting", flat=True).first()
+
+        assert wait_for(lambda: flag() is True, timeout=5)
+        first = slow.enqueue({"sleep_s": 1.0})
+        second = slow.enqueue({"sleep_s": 0})
+        if store.dialect.supports_listen_notify:
+            assert wait_for(lambda: flag() is False, timeout=3)
+        assert wait_for(lambda: Run.objects.filter(job_id=second).exists(), timeout=5)
+        assert Run.objects.filter(job_id=first).exists()
+        assert wait_for(lambda: flag() is True, timeout=5)
+
+
+@notifies
+def test_worker_that_starts_to_wait__runs_a_job_committed_by_a_producer_that_saw_it_busy(window):
+    # The producer enqueues while the worker's one slot is busy (no wake-up:
+    # nobody waits) and commits after the worker has started to wait. The
+    # poll is 30 s away: the worker's claim a window after its flag, or the
+    # wake-up the producer asks for at its commit, runs the job.
+    slow = store.queue("t.slow")
+    with running_worker(["t.slow"], concurrency=1, batch=1, poll_interval_s=30) as worker:
+        time.sleep(0.3)
+        slow.enqueue({"sleep_s": 0.3})
+        assert wait_for(lambda: Run.objects.filter(queue="t.slow").exists(), timeout=5)
+        with transaction.atomic(using=ALKSTORE_DB):
+            late = slow.enqueue({"sleep_s": 0})
+            assert wait_for(lambda: worker.stats.acked == 1, timeout=5)
+            time.sleep(0.05)  # the worker found nothing and waits
+        committed = time.monotonic()
+        assert wait_for(lambda: Run.objects.filter(job_id=late).exists(), timeout=10)
+        assert time.monotonic() - committed < WINDOW_S + 2

@@ -21,7 +21,7 @@ from alkstore_django import store
 from alkstore_django.models import Job
 from alkstore_django.notify import HALT_CHECK_S, open_watcher, watch_queues
 from alkstore_django.queues import channel_for
-from tests.helpers import ALKSTORE_DB, mysql_only, needs
+from tests.helpers import ALKSTORE_DB, mysql_only, needs, waiting_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,9 +31,12 @@ WAIT_S = 5.0
 
 @pytest.fixture
 def queue_watcher():
-    watcher = open_watcher(store, [channel_for("woken")], queues=["woken"])
-    yield watcher
-    watcher.close()
+    # Producers wake only a waiting worker; its row is written before the
+    # watch starts (SQLite's watcher wakes on any commit).
+    with waiting_worker("woken"):
+        watcher = open_watcher(store, [channel_for("woken")], queues=["woken"])
+        yield watcher
+        watcher.close()
 
 
 @needs("supports_listen_notify", "its wake-up is polled, not a message (wait() tests below)")

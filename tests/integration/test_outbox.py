@@ -9,7 +9,7 @@ from alkstore_django import Fail, store
 from alkstore_django.errors import InvalidArgument, InvalidName, ReservedName
 from alkstore_django.models import DeadJob, Job
 from alkstore_django.notify import open_watcher
-from tests.helpers import ALKSTORE_DB, ROUTING, db_now, make_due
+from tests.helpers import ALKSTORE_DB, ROUTING, db_now, make_due, waiting_worker
 
 pytestmark = pytest.mark.django_db
 
@@ -77,14 +77,17 @@ def test_enqueue__rolls_back_with_the_callers_transaction():
 @pytest.mark.django_db(transaction=True)
 def test_enqueue__commit_publishes_the_message_and_wakes_the_worker():
     outbox = store.outbox("webhooks")
-    watcher = open_watcher(store, [outbox.queue.channel], queues=[outbox.queue.name])
-    try:
-        with transaction.atomic(using=ALKSTORE_DB):
-            job_id = outbox.enqueue({"event": "order.paid"})
-            assert not watcher.wait(0.3), "woken before the commit"
-        assert watcher.wait(5), "not woken by the commit"
-    finally:
-        watcher.close()
+    # Producers wake only a waiting worker; its row is written before the
+    # watch starts (SQLite's watcher wakes on any commit).
+    with waiting_worker(outbox.queue.name):
+        watcher = open_watcher(store, [outbox.queue.channel], queues=[outbox.queue.name])
+        try:
+            with transaction.atomic(using=ALKSTORE_DB):
+                job_id = outbox.enqueue({"event": "order.paid"})
+                assert not watcher.wait(0.3), "woken before the commit"
+            assert watcher.wait(5), "not woken by the commit"
+        finally:
+            watcher.close()
 
     assert store.get_job(job_id).state == "pending"
 

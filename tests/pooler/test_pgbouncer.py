@@ -17,7 +17,7 @@ from alkstore_django import store
 from alkstore_django.dialects import dialect_for
 from alkstore_django.notify import open_watcher
 from tests.concurrency.starting_line import run_threads
-from tests.helpers import pooled_only
+from tests.helpers import pooled_only, waiting_worker
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "direct"]),
@@ -75,7 +75,8 @@ def test_wakeups__listen_past_the_pooler_and_arrive_on_commit():
     watcher = open_watcher(store, [store.queue("pooled-wake").channel], queues=["pooled-wake"])
     try:
         assert watcher.alias == "direct"
-        store.queue("pooled-wake").enqueue({})
+        with waiting_worker("pooled-wake"):  # producers wake only a waiting worker
+            store.queue("pooled-wake").enqueue({})
         assert watcher.wait(5.0) is True
     finally:
         watcher.close()

@@ -28,6 +28,7 @@ from ..base import (
     REQUEUE_COLUMNS,
     REQUEUE_SELECT,
     STAMP_MARKS,
+    WORKER_TABLE,
     Dialect,
     Watcher,
 )
@@ -89,27 +90,37 @@ def _row_values(when: str, expires: bool) -> str:
     return f"%s, {run_at}, 0, {STAMP_MARKS}, {expires_at}, 'pending', {NOW}"
 
 
+# A queue's wake-up, sent only while one of its workers waits (``Wakeups``):
+# %s the queue, then its channel. The value says whether it was sent.
+WAKE_IF_WAITING = (
+    f"CASE WHEN EXISTS (SELECT 1 FROM {WORKER_TABLE} w WHERE w.waiting AND w.queues ? %s) "
+    "THEN (SELECT true FROM pg_notify(%s, '')) ELSE false END"
+)
+
+
 @cache
-def _enqueue_sql(single: bool, when: str, expires: bool, notify: bool) -> str:
+def _enqueue_sql(single: bool, when: str, expires: bool, wake: str) -> str:
     """The enqueue statement for one shape of batch (a handful exist; each is prepared once).
 
     One statement writes the rows and queues the wake-up, so they commit
     together; a notification sent inside the caller's transaction is
     delivered only on commit, and PostgreSQL folds repeats into one. One row
-    returns its id and notifies in ``RETURNING``; many rows go through a CTE so
-    the ids come back in payload order and ``pg_notify`` runs once. Without
-    ``notify`` the wake-up is left to a recent one (``wakeups.py``).
+    returns its id and its wake-up in ``RETURNING``; many rows go through a
+    CTE so the ids come back in payload order and the wake-up runs once.
+    ``wake`` is ``waiting`` (``WAKE_IF_WAITING``: each row says whether it
+    was sent), ``always`` (``pg_notify``) or ``none`` (left to a recent one,
+    ``wakeups.py``).
     """
     columns = f"INSERT INTO {JOB_TABLE} ({ENQUEUE_COLUMNS})"
     values = _row_values(when, expires)
+    sent = {"waiting": WAKE_IF_WAITING, "always": "pg_notify(%s, '')", "none": ""}[wake]
     if single:
-        wake = ", pg_notify(%s, '')" if notify else ""
-        return f"{columns} VALUES (%s, %s::jsonb, {values}) RETURNING id{wake}"
-    wake = ", (SELECT pg_notify(%s, '')) AS n" if notify else ""
+        return f"{columns} VALUES (%s, %s::jsonb, {values}) RETURNING id{sent and ', '}{sent}"
+    woken = f", (SELECT {sent} AS w) AS n" if sent else ""
     return (
         f"WITH ins AS ({columns} SELECT %s, u.p::jsonb, {values} "
         "FROM unnest(%s::text[]) WITH ORDINALITY AS u(p, o) ORDER BY u.o RETURNING id) "
-        f"SELECT ins.id FROM ins{wake} ORDER BY ins.id"
+        f"SELECT ins.id{', n.w' if sent else ''} FROM ins{woken} ORDER BY ins.id"
     )
 
 
@@ -219,21 +230,36 @@ class PostgresDialect(
         channel = stamps.channel
         window_s = app_settings.notify_coalesce_s
         sent_at = time.monotonic()
-        quiet = window_s > 0 and self.wakeups.quiet(channel, window_s, sent_at)
-        if not quiet:
+        if window_s <= 0:
+            wake = "always"
             params.append(channel)
-        sql = _enqueue_sql(single, when, stamps.expires_s is not None, not quiet)
-        ids = [row[0] for row in self.fetch_prepared(sql, params, keep_cursor=True)]
-        if window_s > 0:
+        elif self.wakeups.quiet(channel, window_s, sent_at):
+            wake = "none"
+        else:
+            wake = "waiting"
+            params += [stamps.queue, channel]
+        sql = _enqueue_sql(single, when, stamps.expires_s is not None, wake)
+        rows = self.fetch_prepared(sql, params, keep_cursor=True)
+        if wake != "always":
             # Run at once in autocommit; dropped with a transaction rolled back.
+            woke = wake == "waiting" and bool(rows[0][1])
             transaction.on_commit(
-                partial(self.wakeups.settle, channel, sent_at, quiet, window_s, self._wake),
+                partial(
+                    self.wakeups.settle,
+                    channel,
+                    sent_at,
+                    wake == "none",
+                    woke,
+                    window_s,
+                    partial(self.wake_if_waiting, stamps.queue, channel),
+                ),
                 using=self.using,
             )
-        return ids
+        return [row[0] for row in rows]
 
-    def _wake(self, channel: str) -> None:
-        self.notify(channel, "")
+    def wake_if_waiting(self, queue: str, channel: str) -> None:
+        """Send ``queue``'s wake-up on ``channel`` if one of its workers waits."""
+        self._fetchall(f"SELECT {WAKE_IF_WAITING}", [queue, channel])
 
     def insert_unique(
         self, cursor: Any, stamps: EnqueueStamps, keyed: dict[str, str]
