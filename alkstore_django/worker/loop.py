@@ -176,7 +176,7 @@ class Worker:
         # wake-ups, and since when; written after the first claim (None:
         # not yet). Kept only where producers read it: coalesced wake-ups on
         # PostgreSQL.
-        self.waiting: bool | None = None
+        self._waiting: bool | None = None
         self._waiting_at = float("-inf")
 
     @property
@@ -276,8 +276,8 @@ class Worker:
         self.completer.flush_acks(force=drained)
         if self.burst and drained and not self.holdings:
             return None
-        if self.coalesce_s and drained != self.waiting:
-            self._wait_for_wakeups(drained)
+        if self.coalesce_s and drained != self._waiting:
+            self._say_waiting(drained)
         if claimed and not drained:
             return 0.0  # more is waiting: claim again at once
         timeout = self._idle_timeout(drained)
@@ -355,7 +355,7 @@ class Worker:
         self.pool_lanes.submit([hold(handle, func, now) for handle in handles])
         return len(handles)
 
-    def _wait_for_wakeups(self, waiting: bool) -> None:
+    def _say_waiting(self, waiting: bool) -> None:
         """Tell producers whether this worker waits for wake-ups (``LiveWorker.waiting``).
 
         A worker whose last claim found more than it could take claims again
@@ -367,7 +367,7 @@ class Worker:
         if not presence.set_waiting(self.store.using, self.worker_id, waiting):
             announce(self, self.store, self._queues)  # the row was gone: it says waiting
             presence.set_waiting(self.store.using, self.worker_id, waiting)
-        self.waiting = waiting
+        self._waiting = waiting
         if waiting:
             self._waiting_at = time.monotonic()
 
