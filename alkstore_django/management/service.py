@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.management.base import CommandError
@@ -46,6 +47,29 @@ def start_service(verbosity: int, *aliases: str) -> threading.Event:
 
 class _DefaultHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """The stderr handler the commands add when the site's LOGGING gives alkstore none."""
+
+    def write_batch(self, name: str, level: int, messages: Sequence[str]) -> None:
+        """Write ``messages``, logged at one moment by logger ``name``, with one write.
+
+        What ``emit`` would write for each, stamped once: the worker logs a
+        line per acked job once a claim's commit has made a batch durable,
+        and stderr is line-buffered, so each line was its own system call.
+        The worker calls this only when this handler is the one its lines
+        reach (``worker/tally.py``); a site's own handlers get every record.
+        """
+        # Both of the commands' formats end with the message: the line is the
+        # head an empty message gets, then the message.
+        record = logging.LogRecord(name, level, __file__, 0, "", None, None)
+        head, end = self.format(record), self.terminator
+        try:
+            text = "".join([f"{head}{message}{end}" for message in messages])
+            with self.lock:  # type: ignore[union-attr]
+                self.stream.write(text)
+                self.flush()
+        except RecursionError:  # as StreamHandler.emit
+            raise
+        except Exception:  # noqa: BLE001 - a logging failure must not stop the worker
+            self.handleError(record)
 
 
 class _Formatter(logging.Formatter):

@@ -225,13 +225,14 @@ class Completer:
     def report_acks(self, acks: list[Done], acked: set[int]) -> None:
         """Log committed acks (only once they are durable) and free their slots."""
         forget, record = self.holdings.forget, self.tally.record
-        for done in acks:
-            handle = done.held.handle
-            handle.mark_spent()
-            forget(done.held)
-            result = ACKED if handle.job.id in acked else LOST
-            record(handle.job, done.outcome, result)
-            finished(handle.job, done.outcome, result)
+        with self.tally.batched():
+            for done in acks:
+                handle = done.held.handle
+                handle.mark_spent()
+                forget(done.held)
+                result = ACKED if handle.job.id in acked else LOST
+                record(handle.job, done.outcome, result)
+                finished(handle.job, done.outcome, result)
         self.forget_history(d.held.handle.job for d in acks if d.held.handle.job.id in acked)
 
     # --- retention: the attempt history of acked jobs (docs/scale.md) -----------------

@@ -7,10 +7,13 @@ not once a job.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from ..error_text import loggable
 from ..executor import Outcome, Settled
@@ -53,6 +56,9 @@ class Tally:
         self.stats = WorkerStats()
         self._counts: Counter[tuple[str, str]] = Counter()
         self._last_flush = time.monotonic()
+        # The INFO lines of a batch being reported (``batched``), or None.
+        self._lines: list[str] | None = None
+        self._sink: Any = None
 
     def record(self, job: Job, outcome: Outcome, result: Settled) -> None:
         """Count and log one settled outcome: acked, retried, snoozed, dead, cancelled or lost."""
@@ -65,9 +71,6 @@ class Tally:
         level = logging.INFO if name in _QUIET else logging.WARNING
         if not logger.isEnabledFor(level):
             return
-        # The record is made here, not by ``logger.log``: its caller is known
-        # (this method), so the stack walk that finds it is skipped, a fifth
-        # of the line's cost. Handlers and filters see the same record.
         args = (
             job.id,
             job.queue,
@@ -76,11 +79,46 @@ class Tally:
             outcome.duration_ms,
             f" error={loggable(outcome.error)!r}" if outcome.error else "",
         )
+        lines = self._lines
+        if lines is not None:
+            if level == logging.INFO:
+                lines.append(_LINE_FORMAT % args)
+                return
+            self._write_lines()  # the batch's earlier lines first: the log keeps their order
+        # The record is made here, not by ``logger.log``: its caller is known
+        # (this method), so the stack walk that finds it is skipped, a fifth
+        # of the line's cost. Handlers and filters see the same record.
         logger.handle(
             logger.makeRecord(
                 logger.name, level, __file__, _LINE, _LINE_FORMAT, args, None, "record"
             )
         )
+
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """Write the INFO lines recorded inside with one write, where that writes the same.
+
+        Only when the one handler the worker's lines reach is the commands'
+        own stderr handler (``management/service.py``) with no filter on the
+        way: a site's handlers and filters get a record per job, as always.
+        Outcomes are reported here only once durable, a batch at a time.
+        """
+        sink = _batch_sink(logger)
+        if sink is None:
+            yield
+            return
+        self._lines, self._sink = [], sink
+        try:
+            yield
+        finally:
+            self._write_lines()
+            self._lines = self._sink = None
+
+    def _write_lines(self) -> None:
+        lines = self._lines
+        if lines:
+            self._lines = []
+            self._sink.write_batch(logger.name, logging.INFO, lines)
 
     def released(self, job: Job, result: Settled) -> None:
         """Count and log a job given back unstarted (a release the database refused: nothing)."""
@@ -113,6 +151,32 @@ class Tally:
             counts[queue] = (acked, retried, dead)
         self._counts.clear()
         record_throughput(self.using, counts)
+
+
+def _batch_sink(log: logging.Logger) -> Any:
+    """Return the handler ``log``'s INFO records reach if it is the only one and writes batches.
+
+    None when a filter, another handler, or no handler is on the way, or when
+    INFO is below ``log``'s level.
+    """
+    if not log.isEnabledFor(logging.INFO):
+        return None
+    found = None
+    current: logging.Logger | None = log
+    while current is not None:
+        if current.filters:
+            return None
+        for handler in current.handlers:
+            if (
+                found is not None
+                or handler.filters
+                or handler.level > logging.INFO
+                or not hasattr(handler, "write_batch")
+            ):
+                return None
+            found = handler
+        current = current.parent if current.propagate else None
+    return found
 
 
 # The line a job's log record names as its origin (``Tally.record``).

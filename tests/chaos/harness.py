@@ -53,6 +53,19 @@ class Proc:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def handles_sigterm(self) -> bool:
+        """True once the process has installed its SIGTERM handler (``SigCgt`` in /proc).
+
+        Before that, SIGTERM kills it (exit -15): a scheduler standing by logs
+        nothing to wait for.
+        """
+        try:
+            status = Path(f"/proc/{self.pid}/status").read_text()
+        except OSError:
+            return False
+        caught = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt"))
+        return bool(int(caught, 16) & 1 << (signal.SIGTERM - 1))
+
     def ready(self) -> bool:
         """True once the process has logged that its loop runs (signals are handled)."""
         log = self.log()
@@ -144,6 +157,8 @@ class Fleet:
         if proc.stopped:
             self.resume(proc)
         if proc.alive() and not proc.terminated:
+            # A process still booting would die of it instead of stopping.
+            wait_for(lambda: not proc.alive() or proc.handles_sigterm(), timeout)
             # Once only: a second SIGTERM tells runworker to leave at once.
             proc.popen.send_signal(signal.SIGTERM)
             proc.terminated = True

@@ -8,6 +8,7 @@ loader): these tests pin that the result is the same.
 
 from __future__ import annotations
 
+import io
 import logging
 import threading
 import time
@@ -20,7 +21,12 @@ from django.db import connections
 from alkstore_django import executor, store
 from alkstore_django.dialects.base import JOB_COLUMNS
 from alkstore_django.executor import Settled
-from alkstore_django.management.service import LOG_FORMAT, VERBOSE_LOG_FORMAT, _Formatter
+from alkstore_django.management.service import (
+    LOG_FORMAT,
+    VERBOSE_LOG_FORMAT,
+    _DefaultHandler,
+    _Formatter,
+)
 from alkstore_django.models import Job as JobRow
 from alkstore_django.records import Job
 from alkstore_django.worker import tally
@@ -137,3 +143,139 @@ def test_claim__reads_the_timestamps_the_orm_reads():
         value = getattr(claimed, name)
         assert value == getattr(row, name), name
         assert value.utcoffset() == timedelta(0), name
+
+
+class _Writes(io.StringIO):
+    """A stream that counts its writes."""
+
+    writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+@pytest.fixture
+def alone():
+    """The commands' stderr handler as the only one the worker's lines reach, on a stream."""
+    handler = _DefaultHandler(_Writes())
+    ours = logging.getLogger("alkstore_django")
+    saved = (ours.handlers, ours.level, ours.propagate)
+    ours.setLevel(logging.INFO)
+    try:
+        yield lambda: _alone(ours, handler)
+    finally:
+        ours.handlers, ours.level, ours.propagate = saved
+
+
+def _alone(ours: logging.Logger, handler: _DefaultHandler) -> _DefaultHandler:
+    # In place of the test settings' handler and pytest's capture handlers,
+    # which pytest adds as each test's body starts.
+    ours.handlers, ours.propagate = [handler], False
+    return handler
+
+
+def _job(job_id: int) -> Job:
+    return replace(
+        store.dialect.job_from_row([job_id, "q.log", "null"] + [None] * (len(JOB_COLUMNS) - 3)),
+        attempts=1,
+    )
+
+
+def _record(tally_: Tally, job_id: int, result: Settled) -> None:
+    error = "E: x" if result == Settled.RETRIED else None
+    outcome = executor.Outcome(executor.OutcomeKind.FAIL, error=error)
+    outcome.duration_ms = 0.5
+    tally_.record(_job(job_id), outcome, result)
+
+
+def _messages(text: str) -> list[str]:
+    # What follows the asctime: "INFO job id=…", or with -v 2, the logger's and thread's names too.
+    return [line[24:] for line in text.splitlines()]
+
+
+@pytest.mark.parametrize("fmt", [LOG_FORMAT, VERBOSE_LOG_FORMAT])
+def test_batched_lines__are_the_lines_the_records_write_with_one_write(alone, fmt):
+    # A claim's acks are reported together: their lines go out as one write,
+    # and read as the records' lines do, in the same order, stamped the moment
+    # they were reported (after the commit).
+    handler = alone()
+    handler.setFormatter(_Formatter(fmt))
+    stream = handler.stream
+    one_at_a_time = Tally("default")
+    for job_id in range(32):
+        _record(one_at_a_time, job_id, Settled.RETRIED if job_id == 3 else Settled.ACKED)
+    one_by_one, stream.writes = stream.getvalue(), 0
+    stream.seek(0)
+    stream.truncate()
+    before = time.time()
+    batching = Tally("default")
+    with batching.batched():
+        for job_id in range(32):
+            _record(batching, job_id, Settled.RETRIED if job_id == 3 else Settled.ACKED)
+    after = time.time()
+    assert stream.writes == 1
+    assert _messages(stream.getvalue()) == _messages(one_by_one)
+    assert len(_messages(one_by_one)) == 32
+    assert "id=3 queue=q.log outcome=retried attempts=1 duration_ms=0.5 error='E: x'" in one_by_one
+    stamps = {line[:23] for line in stream.getvalue().splitlines()}
+    assert len(stamps) == 1
+    stamp = datetime.strptime(stamps.pop(), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    assert int(before * 1000) / 1000 <= stamp <= after
+    assert batching.stats.acked == 31
+    assert batching.stats.retried == 1
+
+
+def test_batched_lines__keep_their_order_around_a_warning(alone):
+    handler = alone()
+    handler.setFormatter(_Formatter(LOG_FORMAT))
+    tally_ = Tally("default")
+    with tally_.batched():
+        _record(tally_, 1, Settled.ACKED)
+        _record(tally_, 2, Settled.LOST)
+        _record(tally_, 3, Settled.ACKED)
+    lines = handler.stream.getvalue().splitlines()
+    assert [line.split()[2:5] for line in lines] == [
+        ["INFO", "job", "id=1"],
+        ["WARNING", "job", "id=2"],
+        ["INFO", "job", "id=3"],
+    ]
+
+
+@pytest.mark.parametrize(
+    "where", ["a filter on the handler", "a filter on the logger", "a site handler"]
+)
+def test_batched_lines__leave_a_site_handler_or_filter_a_record_per_job(alone, where):
+    # Only the commands' own handler, reached alone, takes a batch as text:
+    # anything else between the worker and the stream gets its records.
+    commands_handler = alone()
+    commands_handler.setFormatter(_Formatter(LOG_FORMAT))
+    seen: list[logging.LogRecord] = []
+    site = logging.Handler()
+    site.emit = seen.append  # type: ignore[method-assign]
+    worker_logger = logging.getLogger("alkstore_django.worker")
+
+    def keep(record: logging.LogRecord) -> bool:
+        seen.append(record)
+        return True
+
+    target = {
+        "a filter on the handler": (
+            commands_handler.addFilter,
+            commands_handler.removeFilter,
+            keep,
+        ),
+        "a filter on the logger": (worker_logger.addFilter, worker_logger.removeFilter, keep),
+        "a site handler": (worker_logger.addHandler, worker_logger.removeHandler, site),
+    }[where]
+    add, remove, what = target
+    add(what)
+    try:
+        tally_ = Tally("default")
+        with tally_.batched():
+            for job_id in range(4):
+                _record(tally_, job_id, Settled.ACKED)
+    finally:
+        remove(what)
+    assert [r.getMessage().split()[1] for r in seen] == [f"id={n}" for n in range(4)]
+    assert commands_handler.stream.writes == 4
