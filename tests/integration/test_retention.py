@@ -283,8 +283,11 @@ def test_a_worker_deletes_the_history_of_a_job_it_acks_after_a_failed_attempt():
     Job.objects.filter(id=failed).update(attempts=1)
     add_attempts([failed])
     with running_worker(["t.record"]) as worker:
-        # Its first upkeep (the orphan sweep's run of the hour included) is done.
-        assert wait_for(lambda: worker.upkeep.leadership.handle is not None)
+        # Its first upkeep (the orphan sweep's run of the hour included) is done:
+        # the lease is taken before that run, and the loop's next upkeep time is
+        # set once every chore of the round has run.
+        upkeep = worker.upkeep
+        assert wait_for(lambda: upkeep.leadership.handle is not None and upkeep._next_at > 0)
         Attempt.objects.create(job_id=10**12, queue="q", attempt=1, error="an orphan")
         make_due(failed)
         make_due(clean)
