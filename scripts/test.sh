@@ -43,16 +43,60 @@ find_python311() {
   return 1
 }
 
-make_venv() {  # make_venv DIR PYTHON DJANGO_SPEC
-  local dir=$1 py=$2 spec=$3 stamp
-  stamp="$dir/.alkstore-$(sha1sum pyproject.toml | cut -c1-12)-$(echo "$spec" | tr -c 'a-z0-9.' '_')"
-  if [ ! -f "$stamp" ]; then
-    echo "== preparing $dir ($spec, $("$py" --version))"
-    "$py" -m venv "$dir"
-    "$dir/bin/pip" install -q --disable-pip-version-check -e ".[dev,mysql]" "$spec" 2>&1 | grep -v '^WARNING: Location' || true
-    "$dir/bin/python" -c 'import django, pytest_django' || { echo "install failed in $dir"; exit 1; }
-    rm -f "$dir"/.alkstore-*; touch "$stamp"
-  fi
+# A venv is prepared in two steps so that the three can be prepared side by
+# side (most of the time is downloads and mysqlclient's build): the project's
+# dependencies, read from pyproject.toml, go in concurrently; the project
+# itself goes in after, one venv at a time, because its editable build writes
+# its egg-info into this checkout.
+venv_stamp() {  # venv_stamp DIR DJANGO_SPEC
+  echo "$1/.alkstore-$(sha1sum pyproject.toml | cut -c1-12)-$(echo "$2" | tr -c 'a-z0-9.' '_')"
+}
+project_requirements() {  # project_requirements PYTHON: the runtime, dev and mysql requirements, one a line
+  "$1" - <<'PY'
+import re
+import tomllib
+
+with open("pyproject.toml", "rb") as f:
+    project = tomllib.load(f)["project"]
+self_reference = re.compile(re.escape(project["name"]) + r"\[(.*)\]")
+wanted, seen, requirements = ["dev", "mysql"], set(), list(project["dependencies"])
+while wanted:
+    extra = wanted.pop()
+    if extra not in seen:
+        seen.add(extra)
+        for requirement in project["optional-dependencies"][extra]:
+            match = self_reference.fullmatch(requirement)
+            if match:
+                wanted.extend(match.group(1).split(","))
+            else:
+                requirements.append(requirement)
+print("\n".join(requirements))
+PY
+}
+prepare_venv() {  # prepare_venv DIR PYTHON DJANGO_SPEC: the dependencies (runs in the background)
+  local dir=$1 py=$2 spec=$3
+  "$py" -m venv "$dir" && project_requirements "$py" > "$dir/requirements.txt" \
+    && "$dir/bin/pip" install -q --disable-pip-version-check -r "$dir/requirements.txt" "$spec"
+}
+PENDING_VENVS=()
+make_venv() {  # make_venv DIR PYTHON DJANGO_SPEC: start preparing DIR unless it is ready
+  local dir=$1 py=$2 spec=$3
+  [ -f "$(venv_stamp "$dir" "$spec")" ] && return 0
+  echo "== preparing $dir ($spec, $("$py" --version))"
+  prepare_venv "$dir" "$py" "$spec" > "/tmp/alkstore-$(basename "$dir").log" 2>&1 &
+  PENDING_VENVS+=("$!:$dir:$spec")
+}
+finish_venvs() {  # wait for the venvs being prepared, then install the project in each
+  local entry pid dir spec
+  for entry in ${PENDING_VENVS[@]+"${PENDING_VENVS[@]}"}; do
+    IFS=: read -r pid dir spec <<< "$entry"
+    if ! wait "$pid"; then
+      grep -v '^WARNING: Location' "/tmp/alkstore-$(basename "$dir").log"; echo "install failed in $dir"; exit 1
+    fi
+    "$dir/bin/pip" install -q --disable-pip-version-check --no-deps -e . 2>&1 | grep -v '^WARNING: Location' || true
+    "$dir/bin/python" -c 'import alkstore_django, django, pytest_django' || { echo "install failed in $dir"; exit 1; }
+    rm -f "$dir"/.alkstore-*; touch "$(venv_stamp "$dir" "$spec")"
+  done
 }
 
 DJANGOS=${ALKSTORE_DJANGOS:-"6 60 52"}
@@ -102,6 +146,7 @@ for d in $DJANGOS; do
       make_venv .venv-django52 "$PY" "Django>=5.2,<5.3"; VENVS+=(.venv-django52) ;;
   esac
 done
+finish_venvs
 
 case " $ENGINES " in *" postgresql "*|*" pgbouncer "*)
   if ! pg_isready -h 127.0.0.1 -p 5432 -q; then
@@ -207,8 +252,8 @@ engine_url() {  # engine_url ENGINE VENV: set url (and direct, behind the pooler
     postgresql-queues) url="postgres://postgres@127.0.0.1:5432/${PG_DB}_q" ;;
     mariadb) url="mysql://root@127.0.0.1:3306/$PG_DB" ;;
     pgbouncer)
-      url="postgres://postgres@127.0.0.1:$PGBOUNCER_PORT/$PG_DB"
-      direct="postgres://postgres@127.0.0.1:5432/$PG_DB" ;;
+      url="postgres://postgres@127.0.0.1:$PGBOUNCER_PORT/${PG_DB}_b"
+      direct="postgres://postgres@127.0.0.1:5432/${PG_DB}_b" ;;
     *) url="sqlite:///$ROOT/.test-db/${PG_DB}-$(basename "$2").sqlite3" ;;
   esac
   export DIRECT_DATABASE_URL=$direct
@@ -258,37 +303,46 @@ run_suites() {  # LANE_ENGINES=... run_suites PYTEST_ARGS...: each Django's suit
   done
 }
 
-# Two lanes side by side: the runs on the PostgreSQL server's test database
-# (direct and through PgBouncer, which share it) one after another in one;
-# SQLite, MariaDB and the run with alkstore on a database of its own (another
-# database of that server) in the other. Each run waits mostly on its server
-# and its worker subprocesses (a pytest process uses about half a CPU), so on
-# two CPUs the lanes take about the time of the longer one. The PostgreSQL lane
-# prints as it runs, the other's output follows it whole. The fault-injection
-# tier judges timing under kills, stops and restarts (it restarts the servers):
-# it runs after the lanes, its engines side by side, each on its own server.
+# Three lanes side by side, each a few runs one after another: PostgreSQL
+# direct (each Django); PgBouncer and MariaDB; SQLite (each Django) and the run
+# with alkstore on a database of its own. Every PostgreSQL run has a test
+# database of its own on the one server (direct <name>, through PgBouncer
+# <name>_b, alkstore's own <name>_q), and what a test does to other sessions
+# it does in its own database only. Each run waits mostly on its server and its
+# worker subprocesses (a pytest process uses about half a CPU), so on two CPUs
+# the lanes take about the time of the longest. The first lane prints as it
+# runs, the others' output follows it whole. The fault-injection tier judges
+# timing under kills, stops and restarts (it restarts the servers): it runs
+# after the lanes, its engines side by side, each on its own server.
 # ALKSTORE_PARALLEL=0 runs everything in turn.
-PG_LANE="" OTHER_LANE=""
+LANES=("" "" "")
 for engine in $ENGINES; do
   case $engine in
-    postgresql) PG_LANE="$PG_LANE $engine"; OTHER_LANE="$OTHER_LANE postgresql-queues" ;;
-    pgbouncer) PG_LANE="$PG_LANE $engine" ;;
-    *) OTHER_LANE="$OTHER_LANE $engine" ;;
+    postgresql) LANES[0]="${LANES[0]} $engine"; LANES[2]="${LANES[2]} postgresql-queues" ;;
+    pgbouncer|mariadb) LANES[1]="${LANES[1]} $engine" ;;
+    *) LANES[2]=" $engine${LANES[2]}" ;;
   esac
 done
+BUSY_LANES=()
+for lane in "${LANES[@]}"; do [ -n "$lane" ] && BUSY_LANES+=("$lane"); done
 CHAOS_APART=0
-if [ "${ALKSTORE_PARALLEL:-1}" = 0 ] || [ -z "$PG_LANE" ] || [ "$OTHER_LANE" = " postgresql-queues" ]; then
-  LANE_ENGINES="$PG_LANE $OTHER_LANE" run_suites "$@"
+if [ "${ALKSTORE_PARALLEL:-1}" = 0 ] || [ "${#BUSY_LANES[@]}" -lt 2 ]; then
+  LANE_ENGINES="${LANES[*]}" run_suites "$@"
 else
   [ $# -eq 0 ] && CHAOS_APART=1
-  echo "== two lanes:$PG_LANE (its output below as it runs) beside$OTHER_LANE (its output after)"
-  (LANE_ENGINES=$OTHER_LANE; run_suites "$@") > "$RESULTS/others.log" 2>&1 &
-  other_pid=$!
-  (LANE_ENGINES=$PG_LANE; run_suites "$@") &
-  pg_pid=$!
-  wait "$pg_pid" || echo "lane$PG_LANE" >> "$RESULTS/failed"
-  wait "$other_pid" || echo "lane$OTHER_LANE" >> "$RESULTS/failed"
-  echo "== lane:$OTHER_LANE"; cat "$RESULTS/others.log"
+  echo "== lanes side by side:$(printf ' [%s ]' "${BUSY_LANES[@]}") (the first's output below as it runs, the others' after)"
+  lane_pids=()
+  for index in "${!BUSY_LANES[@]}"; do
+    [ "$index" = 0 ] && continue
+    (LANE_ENGINES=${BUSY_LANES[$index]}; run_suites "$@") > "$RESULTS/lane-$index.log" 2>&1 &
+    lane_pids+=("$!")
+  done
+  (LANE_ENGINES=${BUSY_LANES[0]}; run_suites "$@") || echo "lane${BUSY_LANES[0]}" >> "$RESULTS/failed"
+  for index in "${!lane_pids[@]}"; do
+    lane=${BUSY_LANES[$((index + 1))]}
+    wait "${lane_pids[$index]}" || echo "lane$lane" >> "$RESULTS/failed"
+    echo "== lane:$lane"; cat "$RESULTS/lane-$((index + 1)).log"
+  done
 fi
 if [ "$CHAOS_APART" = 1 ]; then
   # One run per engine, side by side: each restarts and starves only its own
