@@ -32,15 +32,15 @@ def progress_of(job_id: int) -> Progress | None:
 
 
 @pytest.fixture
-def progress_writes(monkeypatch) -> list[tuple[int, dict]]:
-    """Record every heartbeat statement that carries progress: (job id, value), in order."""
+def progress_writes(monkeypatch) -> list[tuple[int, dict, float]]:
+    """Record every heartbeat statement that carries progress: (job id, value, when), in order."""
     dialect = store.dialect
     heartbeat = dialect.heartbeat
-    writes: list[tuple[int, dict]] = []
+    writes: list[tuple[int, dict, float]] = []
 
     def counted(job_id, generation, worker_id, extend_s, progress=None):
         if progress is not None:
-            writes.append((job_id, dict(progress)))
+            writes.append((job_id, dict(progress), time.monotonic()))
         return heartbeat(job_id, generation, worker_id, extend_s, progress)
 
     monkeypatch.setattr(dialect, "heartbeat", counted)
@@ -116,11 +116,15 @@ def test_progress__ten_thousand_reports_in_two_and_a_half_seconds_are_written_on
                 samples.append(job.progress)
             time.sleep(0.02)
         assert wait_for(lambda: live_count("t.progress.spin") == 0, timeout=10)
-    written = [value for written_id, value in progress_writes if written_id == job_id]
-    # Writes at about 0, 1 and 2 s; the ack takes the row with it (no last write).
+    written = [(value, at) for written_id, value, at in progress_writes if written_id == job_id]
+    # Writes at about 0, 1 and 2 s; the ack takes the row with it (no last write
+    # of its own). On a loaded machine the first write comes late, and the one
+    # due as the job ends may carry its last report: still a second after the one before.
     assert 2 <= len(written) <= 4, written
-    dones = [value["done"] for value in written]
-    assert dones == sorted(dones) and dones[-1] < 10_000
+    dones = [value["done"] for value, _ in written]
+    assert dones == sorted(dones), dones
+    write_gaps = [b - a for (_, a), (_, b) in itertools.pairwise(written)]
+    assert min(write_gaps) >= 0.9, write_gaps
     times = sorted({sample.at for sample in samples})
     assert len(times) >= 2, samples
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
@@ -158,7 +162,7 @@ def test_progress__the_last_value_is_written_before_a_retry_or_a_snooze(
     assert job.snoozes == (1 if ending == "snooze" else 0)
     assert (job.progress.done, job.progress.total, job.progress.note) == (7, 10, "seven")
     assert job.progress.at is not None
-    assert [value["done"] for _, value in progress_writes][-1] == 7
+    assert [value["done"] for _, value, _ in progress_writes][-1] == 7
 
 
 # --- bad values -----------------------------------------------------------------------------------
