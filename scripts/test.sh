@@ -83,7 +83,8 @@ make_venv() {  # make_venv DIR PYTHON DJANGO_SPEC: start preparing DIR unless it
   local dir=$1 py=$2 spec=$3
   [ -f "$(venv_stamp "$dir" "$spec")" ] && return 0
   echo "== preparing $dir ($spec, $("$py" --version))"
-  prepare_venv "$dir" "$py" "$spec" > "/tmp/alkstore-$(basename "$dir").log" 2>&1 &
+  mkdir -p "$dir"
+  prepare_venv "$dir" "$py" "$spec" > "$dir/prepare.log" 2>&1 &
   PENDING_VENVS+=("$!:$dir:$spec")
 }
 finish_venvs() {  # wait for the venvs being prepared, then install the project in each
@@ -91,7 +92,7 @@ finish_venvs() {  # wait for the venvs being prepared, then install the project 
   for entry in ${PENDING_VENVS[@]+"${PENDING_VENVS[@]}"}; do
     IFS=: read -r pid dir spec <<< "$entry"
     if ! wait "$pid"; then
-      grep -v '^WARNING: Location' "/tmp/alkstore-$(basename "$dir").log"; echo "install failed in $dir"; exit 1
+      grep -v '^WARNING: Location' "$dir/prepare.log"; echo "install failed in $dir"; exit 1
     fi
     "$dir/bin/pip" install -q --disable-pip-version-check --no-deps -e . 2>&1 | grep -v '^WARNING: Location' || true
     "$dir/bin/python" -c 'import alkstore_django, django, pytest_django' || { echo "install failed in $dir"; exit 1; }
@@ -333,15 +334,18 @@ else
   echo "== lanes side by side:$(printf ' [%s ]' "${BUSY_LANES[@]}") (the first's output below as it runs, the others' after)"
   lane_pids=()
   for index in "${!BUSY_LANES[@]}"; do
-    [ "$index" = 0 ] && continue
-    (LANE_ENGINES=${BUSY_LANES[$index]}; run_suites "$@") > "$RESULTS/lane-$index.log" 2>&1 &
+    if [ "$index" = 0 ]; then
+      (LANE_ENGINES=${BUSY_LANES[0]}; run_suites "$@") &
+    else
+      (LANE_ENGINES=${BUSY_LANES[$index]}; run_suites "$@") > "$RESULTS/lane-$index.log" 2>&1 &
+    fi
     lane_pids+=("$!")
   done
-  (LANE_ENGINES=${BUSY_LANES[0]}; run_suites "$@") || echo "lane${BUSY_LANES[0]}" >> "$RESULTS/failed"
   for index in "${!lane_pids[@]}"; do
-    lane=${BUSY_LANES[$((index + 1))]}
-    wait "${lane_pids[$index]}" || echo "lane$lane" >> "$RESULTS/failed"
-    echo "== lane:$lane"; cat "$RESULTS/lane-$((index + 1)).log"
+    wait "${lane_pids[$index]}" || echo "lane${BUSY_LANES[$index]}" >> "$RESULTS/failed"
+    if [ "$index" != 0 ]; then
+      echo "== lane:${BUSY_LANES[$index]}"; cat "$RESULTS/lane-$index.log"
+    fi
   done
 fi
 if [ "$CHAOS_APART" = 1 ]; then
