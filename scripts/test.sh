@@ -11,8 +11,9 @@
 #
 # ALKSTORE_DJANGOS="6 60 52" and ALKSTORE_ENGINES="sqlite postgresql mariadb pgbouncer"
 # narrow a run; ALKSTORE_TEST_PG_DB names the PostgreSQL and MariaDB database
-# (the suite uses test_<name>); ALKSTORE_PGBOUNCER_PORT is PgBouncer's port;
-# ALKSTORE_PARALLEL=0 runs the engines in turn instead of in two lanes.
+# (the suite uses test_<name>, and test_<name>_b through PgBouncer);
+# ALKSTORE_PGBOUNCER_PORT is PgBouncer's port;
+# ALKSTORE_PARALLEL=0 runs the engines in turn instead of in three lanes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
