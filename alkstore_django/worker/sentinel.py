@@ -21,10 +21,12 @@ sentinel dies too (the whole process group SIGKILLed at once, the host lost),
 the claims simply lapse and are recovered as before, each spending an attempt.
 
 It is also the worker's watchdog: a worker whose loop has stopped moving
-(``Pulse``) while it holds jobs, past a third of their shortest visibility
-timeout, is SIGKILLed and settled the same way (a handler holding the GIL
-stops every thread of it). Once the worker stops on its own, ``runworker``
-tells the sentinel (``finish_sentinel``) and exits only after it has.
+(``Pulse``) while it holds jobs is SIGKILLed and settled the same way: past a
+third of their shortest visibility timeout when no thread of it runs either
+(a handler holding the GIL), and only as its claims near lapsing when the
+loop waits outside Python (a database lock that another session holds).
+Once the worker stops on its own, ``runworker`` tells the sentinel
+(``finish_sentinel``) and exits only after it has.
 """
 
 from __future__ import annotations
@@ -54,9 +56,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("alkstore_django.worker")
 
 DIED = "the worker process {worker_id!r} died while running this job (killed, crashed or exited)"
+# A running job's error when its worker was killed as stuck: "what it did" is the watchdog's.
 STALLED = (
-    "the worker process {worker_id!r} made no progress for {stalled_s:.1f} s while running "
-    "this job (a handler holding the GIL?) and its sentinel killed it"
+    "the worker process {worker_id!r} {what} while running this job and its sentinel killed it"
 )
 POLL_PARENT_S = 0.1
 # How often the sentinel looks at the worker's pulse.
@@ -64,6 +66,10 @@ WATCH_S = 0.1
 # The least a loop may stand still before the watchdog judges it: a claim or
 # an upkeep chore may take that long on a busy database.
 STALL_FLOOR_S = 1.0
+# A claim is renewed every third of its visibility timeout, so it can lapse two
+# thirds of it after the loop stopped: a loop waiting outside Python (a database
+# lock) is killed a tenth of that sooner, before another worker could take its job.
+WAIT_FRACTION = (1 - HEARTBEAT_FRACTION) * 0.9
 # How long a stopping ``runworker`` waits for its sentinel to settle and exit.
 SENTINEL_EXIT_S = 30.0
 
@@ -85,6 +91,8 @@ def start_sentinel(workers: Sequence[Worker]) -> int | None:
     pid = os.fork()
     if pid:
         logger.info("sentinel started pid=%d worker_id=%s", pid, workers[0].worker_id)
+        for worker in workers:
+            worker.pulse.start_ticking()
         return pid
     # The child. A Ctrl-C in the terminal, a SIGTERM to the process group or a
     # hang-up are meant for the worker: the sentinel ends by itself once the
@@ -97,8 +105,7 @@ def start_sentinel(workers: Sequence[Worker]) -> int | None:
         stalled = _watch(workers, parent)
         for worker in workers:
             if stalled is not None and stalled[0] is worker:
-                error = STALLED.format(worker_id=worker.worker_id, stalled_s=stalled[1])
-                settle_held(worker, error)
+                settle_held(worker, STALLED.format(worker_id=worker.worker_id, what=stalled[1]))
             else:
                 settle_held(worker)
             presence.leave(worker.store.using, worker.worker_id)
@@ -131,14 +138,13 @@ def finish_sentinel(workers: Sequence[Worker], pid: int | None) -> None:
     logger.warning("sentinel pid=%d still settling after %g s; exiting", pid, SENTINEL_EXIT_S)
 
 
-def _watch(workers: Sequence[Worker], parent: int) -> tuple[Worker, float] | None:
+def _watch(workers: Sequence[Worker], parent: int) -> tuple[Worker, str] | None:
     """Return once the worker process has exited or finished (None), or was killed as stuck.
 
-    A worker whose loop stops beating (``Pulse``) for longer than a third of
-    the shortest visibility timeout it holds (at least ``STALL_FLOOR_S``) is
+    A worker whose loop stops beating (``Pulse``) while it holds jobs is
     SIGKILLed before its claims lapse: a handler holding the GIL stops its
     heartbeats, its time limits and its SIGTERM handler. Returns the stuck
-    worker and how long it stood still.
+    worker and the error its running jobs are charged with.
     """
     pidfd = None
     with contextlib.suppress(AttributeError, OSError):
@@ -147,23 +153,22 @@ def _watch(workers: Sequence[Worker], parent: int) -> tuple[Worker, float] | Non
     try:
         while not _exited(parent, pidfd, WATCH_S):
             pulses = [worker.pulse.read() for worker in workers]
-            if all(finished for _, finished in pulses):
+            if all(finished for _, _, finished in pulses):
                 return None
-            for watchdog, (rounds, finished) in zip(watchdogs, pulses, strict=True):
-                stalled_s = None if finished else watchdog.stalled_s(rounds)
-                if stalled_s is None:
+            for watchdog, (rounds, ticks, finished) in zip(watchdogs, pulses, strict=True):
+                error = None if finished else watchdog.judge(rounds, ticks)
+                if error is None:
                     continue
                 logger.error(
-                    "worker %s made no progress for %.1f s while holding jobs (a handler "
-                    "holding the GIL?): its sentinel kills it and settles its jobs",
+                    "worker %s %s: its sentinel kills it and settles its jobs",
                     watchdog.worker.worker_id,
-                    stalled_s,
+                    error,
                 )
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(parent, signal.SIGKILL)
                 while not _exited(parent, pidfd, None):
                     pass
-                return watchdog.worker, stalled_s
+                return watchdog.worker, error
         return None
     finally:
         if pidfd is not None:
@@ -190,26 +195,32 @@ class Watchdog:
     """Judge, from the sentinel, whether the worker's loop has stopped moving.
 
     Only while jobs are held: the shortest visibility timeout among the held
-    jobs the database still shows under this worker's claim sets the limit,
+    jobs the database still shows under this worker's claim sets the limits,
     read once per set of held jobs (not per poll) and only once the loop has
-    stood still for ``STALL_FLOOR_S``.
+    stood still for ``STALL_FLOOR_S``. When no thread of the process runs
+    either (the pulse's ticker stood still as long), the GIL is held: the
+    loop is killed after a third of that timeout. When the ticker goes on,
+    the loop waits outside Python, most likely on a database lock that will
+    be let go: it is killed only as its claims come near lapsing.
     """
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
-        self._rounds = -1
-        self._since = self._polled_at = time.monotonic()
+        self._rounds = self._ticks = -1
+        self._since = self._ticked_at = self._polled_at = time.monotonic()
         self._held: list[tuple[int, int, int]] = []
-        self._limit_s: float | None = None
+        self._timeout_s: float | None = None
 
-    def stalled_s(self, rounds: int) -> float | None:
-        """Return how long the loop has stood still, once that is past the limit."""
+    def judge(self, rounds: int, ticks: int) -> str | None:
+        """Return what the stuck loop did, once it has stood still past its limit."""
         now = time.monotonic()
         # A gap far longer than a poll means the sentinel was stopped too (the
         # whole process group, or the host, paused): the loop was not stalled
         # while both stood still, so its stall is timed from now.
         paused = now - self._polled_at > STALL_FLOOR_S
         self._polled_at = now
+        if ticks != self._ticks or paused:
+            self._ticks, self._ticked_at = ticks, now
         if rounds != self._rounds or paused:
             self._rounds, self._since = rounds, now
             return None
@@ -218,12 +229,20 @@ class Watchdog:
             return None
         held = self.worker.holdings.slots.held()
         if held != self._held:
-            self._held, self._limit_s = held, self._limit_for(held)
-        if self._limit_s is None or still_s <= self._limit_s:
+            self._held, self._timeout_s = held, self._timeout_for(held)
+        if self._timeout_s is None:
             return None
-        return still_s
+        gil_still_s = min(still_s, now - self._ticked_at)
+        if gil_still_s > max(self._timeout_s * HEARTBEAT_FRACTION, STALL_FLOOR_S):
+            return f"made no progress for {still_s:.1f} s (a handler holding the GIL?)"
+        if still_s > max(self._timeout_s * WAIT_FRACTION, STALL_FLOOR_S):
+            return (
+                f"made no progress for {still_s:.1f} s, waiting outside Python (on the "
+                "database?) until its claims were near lapsing"
+            )
+        return None
 
-    def _limit_for(self, held: list[tuple[int, int, int]]) -> float | None:
+    def _timeout_for(self, held: list[tuple[int, int, int]]) -> float | None:
         if not held:
             return None
         using = self.worker.store.using
@@ -245,9 +264,7 @@ class Watchdog:
         finally:
             # The wait before the next read may outlast the server's idle timeout.
             connections.close_all()
-        if not timeouts:
-            return None
-        return max(min(timeouts) * HEARTBEAT_FRACTION, STALL_FLOOR_S)
+        return min(timeouts, default=None)
 
 
 def settle_held(worker: Worker, error: str | None = None) -> dict[Settled, int]:

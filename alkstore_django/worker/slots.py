@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import mmap
 import struct
+import threading
+import time
 
 FREE, CLAIMED, RUNNING, RETURNED = 0, 1, 2, 3
 # Running past its time limit in a thread that did not stop: the sentinel
@@ -61,8 +63,13 @@ class ClaimSlots:
         return found
 
 
-# The loop's round count, then the worker's "finished" flag (byte 8).
+# The loop's round count, the worker's "finished" flag (byte 8), then the
+# ticker's count (byte 16).
 _ROUNDS = struct.Struct("=q")
+_TICKS_AT = 16
+# How often the ticker thread counts: often enough that a second without a
+# tick means no thread of the process ran.
+TICK_S = 0.1
 
 
 class Pulse:
@@ -70,14 +77,17 @@ class Pulse:
 
     Created before the sentinel is forked. ``beat`` is called once per loop
     round by the main thread (one memory store, not per job); a loop that
-    stops beating while jobs are held is stuck (a handler holding the GIL),
-    and the sentinel kills it. ``finish`` tells the sentinel that the worker
-    has stopped on its own: it settles what is left and exits without waiting
-    for the worker process to end.
+    stops beating while jobs are held is stuck, and the sentinel kills it.
+    The ticker thread (``start_ticking``) tells the sentinel why: when it
+    stops too, no thread runs (a handler holding the GIL); when it goes on,
+    the loop waits outside Python (a database lock), which may last until
+    just before its claims could lapse. ``finish`` tells the sentinel that
+    the worker has stopped on its own: it settles what is left and exits
+    without waiting for the worker process to end.
     """
 
     def __init__(self) -> None:
-        self._map = mmap.mmap(-1, 16)
+        self._map = mmap.mmap(-1, 24)
         self._rounds = 0
 
     def beat(self) -> None:
@@ -85,10 +95,22 @@ class Pulse:
         self._rounds += 1
         _ROUNDS.pack_into(self._map, 0, self._rounds)
 
+    def start_ticking(self) -> None:
+        """Start the thread that counts while any thread of the process can run."""
+        threading.Thread(target=self._tick, name="alkstore-pulse", daemon=True).start()
+
+    def _tick(self) -> None:
+        ticks = 0
+        while not self._map[8]:
+            time.sleep(TICK_S)
+            ticks += 1
+            _ROUNDS.pack_into(self._map, _TICKS_AT, ticks)
+
     def finish(self) -> None:
         """Record that the worker has stopped and settled what it could."""
         self._map[8] = 1
 
-    def read(self) -> tuple[int, bool]:
-        """Return (rounds so far, finished)."""
-        return _ROUNDS.unpack_from(self._map, 0)[0], bool(self._map[8])
+    def read(self) -> tuple[int, int, bool]:
+        """Return (rounds so far, ticks so far, finished)."""
+        rounds = _ROUNDS.unpack_from(self._map, 0)[0]
+        return rounds, _ROUNDS.unpack_from(self._map, _TICKS_AT)[0], bool(self._map[8])

@@ -14,6 +14,8 @@ import signal
 import time
 
 import pytest
+from django.db import transaction
+from django.db.models import F
 
 from alkstore_django import operations, store
 from alkstore_django.error_text import MAX_ERROR_CHARS
@@ -255,3 +257,35 @@ def test_11_a_handler_holding_the_gil__its_sentinel_kills_the_worker_before_the_
         job = store.get_job(job_id)
         assert (job.state, job.attempts, job.last_error) == ("pending", 0, None), out
     assert Run.objects.filter(job_id=stuck).count() == 1
+
+
+def test_11_a_loop_waiting_on_a_database_lock__is_not_killed_as_stalled_while_its_claims_hold(
+    subprocess_env,
+):
+    """A loop blocked in a database call is not a handler holding the GIL.
+
+    Another session holds the running job's row (the whole file on SQLite)
+    across its heartbeat, so the loop stands still for longer than a third of
+    the claim. The process's other threads still run, so its sentinel lets it
+    wait: the claim cannot lapse before two thirds of it have passed. The job
+    is acked at its first attempt; nothing is charged for the database's wait.
+    """
+    vt_s = 9
+    job_id = store.queue("p.work", visibility_timeout_s=vt_s).enqueue({"sleep_s": 8})
+    proc = runworker(subprocess_env, "--queue", "p.work", "--burst", wait=False, new_session=True)
+    try:
+        assert wait_for(lambda: Run.objects.filter(job_id=job_id).exists(), timeout=60)
+        # The heartbeat is due a third of the claim after it began: hold the row
+        # from just before it, long enough that the loop stands still past that
+        # third but well before two thirds.
+        time.sleep(vt_s / 3 - 0.7)
+        with transaction.atomic():
+            Job.objects.filter(id=job_id).update(priority=F("priority"))
+            time.sleep(4.5)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out
+    assert "made no progress" not in out
+    assert_acked_once([job_id])
