@@ -98,6 +98,7 @@ def watch_queues(
     controls: Event,
     cancels: Event | None = None,
     heard: Callable[[], None] | None = None,
+    interrupt_fd: int | None = None,
 ) -> None:
     """Set ``wake`` whenever something may have arrived on ``queues``, until ``halt`` is set.
 
@@ -106,6 +107,7 @@ def watch_queues(
     was asked to cancel (where the engine carries payloads); ``heard`` is
     called before each wake-up. A watcher that fails is closed and reopened a
     second later; meanwhile the worker's poll finds the jobs and the requests.
+    A write to the pipe ``interrupt_fd`` (set with ``halt``) ends a wait at once.
     """
     watcher: Watcher | None = None
     channels = [q.channel for q in queues]
@@ -113,6 +115,7 @@ def watch_queues(
         try:
             if watcher is None:
                 watcher = open_watcher(store, channels, queues=[q.name for q in queues])
+                watcher.interrupt_fd = interrupt_fd
             woken, payloads = watcher.wait_for_payloads(HALT_CHECK_S)
             if CONTROL_PAYLOAD in payloads:
                 controls.set()

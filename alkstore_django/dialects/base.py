@@ -19,6 +19,8 @@ them), so a literal percent sign is written ``%%``.
 from __future__ import annotations
 
 import json
+import select
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -138,7 +140,21 @@ def marks(count: int) -> str:
 
 
 class Watcher(ABC):
-    """Waits for wake-ups on a set of channels over its own dedicated connection."""
+    """Waits for wake-ups on a set of channels over its own dedicated connection.
+
+    ``interrupt_fd``, when set, is the read end of a pipe whose write ends a
+    wait at once (a worker stopping: its watcher thread is joined without
+    waiting out the rest of a wait).
+    """
+
+    interrupt_fd: int | None = None
+
+    def pause(self, seconds: float) -> bool:
+        """Sleep up to ``seconds`` between polls; False when ``interrupt_fd`` ended it early."""
+        if self.interrupt_fd is None:
+            time.sleep(seconds)
+            return True
+        return not select.select([self.interrupt_fd], [], [], seconds)[0]
 
     @abstractmethod
     def receive(self, timeout_s: float) -> list[tuple[str, str]]:

@@ -88,6 +88,7 @@ def start_sentinel(workers: Sequence[Worker]) -> int | None:
         return None
     connections.close_all()
     parent = os.getpid()
+    finish_pipes = [worker.pulse.open_finish() for worker in workers]
     pid = os.fork()
     if pid:
         logger.info("sentinel started pid=%d worker_id=%s", pid, workers[0].worker_id)
@@ -102,7 +103,7 @@ def start_sentinel(workers: Sequence[Worker]) -> int | None:
     try:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)
-        stalled = _watch(workers, parent)
+        stalled = _watch(workers, parent, finish_pipes)
         for worker in workers:
             if stalled is not None and stalled[0] is worker:
                 settle_held(worker, STALLED.format(worker_id=worker.worker_id, what=stalled[1]))
@@ -138,20 +139,24 @@ def finish_sentinel(workers: Sequence[Worker], pid: int | None) -> None:
     logger.warning("sentinel pid=%d still settling after %g s; exiting", pid, SENTINEL_EXIT_S)
 
 
-def _watch(workers: Sequence[Worker], parent: int) -> tuple[Worker, str] | None:
+def _watch(
+    workers: Sequence[Worker], parent: int, finish_pipes: Sequence[int]
+) -> tuple[Worker, str] | None:
     """Return once the worker process has exited or finished (None), or was killed as stuck.
 
     A worker whose loop stops beating (``Pulse``) while it holds jobs is
     SIGKILLed before its claims lapse: a handler holding the GIL stops its
     heartbeats, its time limits and its SIGTERM handler. Returns the stuck
-    worker and the error its running jobs are charged with.
+    worker and the error its running jobs are charged with. ``finish_pipes`` are
+    the pipes the workers' ``Pulse.finish`` writes to: the pulses are read at
+    once when one is written.
     """
     pidfd = None
     with contextlib.suppress(AttributeError, OSError):
         pidfd = os.pidfd_open(parent)
     watchdogs = [Watchdog(worker) for worker in workers]
     try:
-        while not _exited(parent, pidfd, WATCH_S):
+        while not _exited(parent, pidfd, WATCH_S, finish_pipes):
             pulses = [worker.pulse.read() for worker in workers]
             if all(finished for _, _, finished in pulses):
                 return None
@@ -175,12 +180,24 @@ def _watch(workers: Sequence[Worker], parent: int) -> tuple[Worker, str] | None:
             os.close(pidfd)
 
 
-def _exited(parent: int, pidfd: int | None, timeout_s: float | None) -> bool:
-    """Wait up to ``timeout_s`` (None: no limit) for ``parent`` to exit; True once it has."""
+def _exited(
+    parent: int, pidfd: int | None, timeout_s: float | None, woken_by: Sequence[int] = ()
+) -> bool:
+    """Wait up to ``timeout_s`` (None: no limit) for ``parent`` to exit; True once it has.
+
+    A write to one of the pipes ``woken_by`` ends the wait early (False).
+    """
     if pidfd is not None:
         poller = select.poll()
-        poller.register(pidfd, select.POLLIN)
-        return bool(poller.poll(None if timeout_s is None else timeout_s * 1000))
+        for fd in (pidfd, *woken_by):
+            poller.register(fd, select.POLLIN)
+        exited = False
+        for fd, _ in poller.poll(None if timeout_s is None else timeout_s * 1000):
+            if fd == pidfd:
+                exited = True
+            else:
+                os.read(fd, 64)  # taken, so the next wait does not end at once
+        return exited
     # Without pidfd: the sentinel is re-parented once its parent exits.
     waited = 0.0
     while os.getppid() == parent:

@@ -11,7 +11,9 @@ memory stores, a fraction of a microsecond on the hot path.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
+import os
 import struct
 import threading
 import time
@@ -89,6 +91,19 @@ class Pulse:
     def __init__(self) -> None:
         self._map = mmap.mmap(-1, 24)
         self._rounds = 0
+        # The pipe ``finish`` writes to, opened only for a sentinel (``open_finish``).
+        self._finish_w: int | None = None
+
+    def open_finish(self) -> int:
+        """Open the pipe that ``finish`` writes to (before the fork); return its read end.
+
+        The sentinel waits on it beside the worker's exit, so a worker that
+        stops on its own is settled at once rather than at the sentinel's next
+        look, a tenth of a second later: a ``runworker --burst`` exits that much
+        sooner.
+        """
+        read_end, self._finish_w = os.pipe()
+        return read_end
 
     def beat(self) -> None:
         """Record one more round of the loop."""
@@ -109,6 +124,9 @@ class Pulse:
     def finish(self) -> None:
         """Record that the worker has stopped and settled what it could."""
         self._map[8] = 1
+        if self._finish_w is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._finish_w, b"\0")
 
     def read(self) -> tuple[int, int, bool]:
         """Return (rounds so far, ticks so far, finished)."""

@@ -155,9 +155,8 @@ class MysqlWatcher(Watcher):
         deadline = time.monotonic() + timeout_s
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or not self.pause(min(self.interval_s, remaining)):
                 return []
-            time.sleep(min(self.interval_s, remaining))
             try:
                 ready, messages = self._step()
             except MySQLdb.Error as exc:

@@ -70,9 +70,12 @@ class PostgresWatcher(Watcher):
                 return messages
             with selectors.DefaultSelector() as selector:
                 selector.register(self._conn.fileno(), selectors.EVENT_READ)
+                if self.interrupt_fd is not None:
+                    selector.register(self.interrupt_fd, selectors.EVENT_READ)
                 while not messages:
                     remaining = deadline - time.monotonic()
-                    if remaining <= 0 or not selector.select(remaining):
+                    ready = selector.select(remaining) if remaining > 0 else []
+                    if not ready or any(key.fd == self.interrupt_fd for key, _ in ready):
                         break
                     messages = self._pending()
             return messages

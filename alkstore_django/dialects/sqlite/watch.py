@@ -47,7 +47,8 @@ class SqliteWatcher(Watcher):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            time.sleep(min(DEFAULT_SQLITE_WATCH_INTERVAL_S, remaining))
+            if not self.pause(min(DEFAULT_SQLITE_WATCH_INTERVAL_S, remaining)):
+                return False
 
     def receive(self, timeout_s: float) -> list[tuple[str, str]]:
         deadline = time.monotonic() + timeout_s
