@@ -107,7 +107,7 @@ def watch_queues(
     was asked to cancel (where the engine carries payloads); ``heard`` is
     called before each wake-up. A watcher that fails is closed and reopened a
     second later; meanwhile the worker's poll finds the jobs and the requests.
-    A write to the pipe ``interrupt_fd`` (set with ``halt``) ends a wait at once.
+    A write to the socket ``interrupt_fd`` (with ``halt`` set) ends a wait at once.
     """
     watcher: Watcher | None = None
     channels = [q.channel for q in queues]

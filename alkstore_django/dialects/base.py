@@ -142,19 +142,27 @@ def marks(count: int) -> str:
 class Watcher(ABC):
     """Waits for wake-ups on a set of channels over its own dedicated connection.
 
-    ``interrupt_fd``, when set, is the read end of a pipe whose write ends a
+    ``interrupt_fd``, when set, is a socket whose becoming readable ends a
     wait at once (a worker stopping: its watcher thread is joined without
     waiting out the rest of a wait).
     """
 
     interrupt_fd: int | None = None
+    # Made once: a polling watcher pauses every few milliseconds. A poll object
+    # holds no descriptor of its own, so nothing is left to close.
+    _poller: Any = None
 
     def pause(self, seconds: float) -> bool:
         """Sleep up to ``seconds`` between polls; False when ``interrupt_fd`` ended it early."""
         if self.interrupt_fd is None:
             time.sleep(seconds)
             return True
-        return not select.select([self.interrupt_fd], [], [], seconds)[0]
+        if not hasattr(select, "poll"):  # Windows, whose select() takes a socket
+            return not select.select([self.interrupt_fd], [], [], seconds)[0]
+        if self._poller is None:
+            self._poller = select.poll()
+            self._poller.register(self.interrupt_fd, select.POLLIN)
+        return not self._poller.poll(seconds * 1000)
 
     @abstractmethod
     def receive(self, timeout_s: float) -> list[tuple[str, str]]:

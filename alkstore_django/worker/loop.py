@@ -226,8 +226,9 @@ class Worker:
             self.capacity,
         )
         self.pool_lanes.start()
-        # Written at shutdown, so the watcher's wait ends then rather than at its next look.
-        self._halt_pipe = os.pipe()
+        # Written at shutdown, so the watcher's wait ends then rather than at its next
+        # look. A socket pair, not a pipe: every platform's select() takes a socket.
+        self._halt_pair = socket.socketpair()
         watcher = threading.Thread(target=self._watch, name="alkstore-watch", daemon=True)
         watcher.start()
         self._watcher = watcher
@@ -382,7 +383,7 @@ class Worker:
             self.controls.changed,
             self.cancels.heard,
             self.heard if self.coalesce_s else None,
-            self._halt_pipe[0],
+            self._halt_pair[0].fileno(),
         )
         tidy_connections(connections.close_all)
 
@@ -420,13 +421,13 @@ class Worker:
         self._finish_within_grace()
         self._settle_last()
         self._halt.set()
-        os.write(self._halt_pipe[1], b"\0")
+        self._halt_pair[1].send(b"\0")
         self.pool_lanes.close()
         self._watcher.join(2.0)
         if not self._watcher.is_alive():
-            # A watcher still inside a wait keeps its pipe: a closed number could be reused.
-            for fd in self._halt_pipe:
-                os.close(fd)
+            # A watcher still inside a wait keeps the pair: a closed number could be reused.
+            for end in self._halt_pair:
+                end.close()
         connections[self.store.using].close()
         stats = self.stats
         logger.info(
