@@ -17,6 +17,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
+# The suite's settings are pytest's (pyproject.toml) and its code is this
+# checkout's: a DJANGO_SETTINGS_MODULE or PYTHONPATH left in the caller's
+# shell (another project's, a benchmark's) would win over both.
+unset DJANGO_SETTINGS_MODULE PYTHONPATH
 
 find_python312() {
   local candidate

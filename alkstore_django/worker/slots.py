@@ -65,9 +65,9 @@ class ClaimSlots:
         return found
 
 
-# The loop's round count, the worker's "finished" flag (byte 8), then the
-# ticker's count (byte 16).
-_ROUNDS = struct.Struct("=q")
+# Two counts in the shared page: the loop's rounds (byte 0), then, after the
+# worker's "finished" flag (byte 8), the ticker's ticks (byte 16).
+_COUNT = struct.Struct("=q")
 _TICKS_AT = 16
 # How often the ticker thread counts: often enough that a second without a
 # tick means no thread of the process ran.
@@ -108,7 +108,7 @@ class Pulse:
     def beat(self) -> None:
         """Record one more round of the loop."""
         self._rounds += 1
-        _ROUNDS.pack_into(self._map, 0, self._rounds)
+        _COUNT.pack_into(self._map, 0, self._rounds)
 
     def start_ticking(self) -> None:
         """Start the thread that counts while any thread of the process can run."""
@@ -119,7 +119,7 @@ class Pulse:
         while not self._map[8]:
             time.sleep(TICK_S)
             ticks += 1
-            _ROUNDS.pack_into(self._map, _TICKS_AT, ticks)
+            _COUNT.pack_into(self._map, _TICKS_AT, ticks)
 
     def finish(self) -> None:
         """Record that the worker has stopped and settled what it could."""
@@ -130,5 +130,5 @@ class Pulse:
 
     def read(self) -> tuple[int, int, bool]:
         """Return (rounds so far, ticks so far, finished)."""
-        rounds = _ROUNDS.unpack_from(self._map, 0)[0]
-        return rounds, _ROUNDS.unpack_from(self._map, _TICKS_AT)[0], bool(self._map[8])
+        rounds = _COUNT.unpack_from(self._map, 0)[0]
+        return rounds, _COUNT.unpack_from(self._map, _TICKS_AT)[0], bool(self._map[8])
