@@ -185,7 +185,9 @@ def _exited(
 ) -> bool:
     """Wait up to ``timeout_s`` (None: no limit) for ``parent`` to exit; True once it has.
 
-    A write to one of the pipes ``woken_by`` ends the wait early (False).
+    With a pidfd, a write to one of the pipes ``woken_by`` ends the wait early
+    (False); without one the pipes are not watched, and the caller looks at the
+    pulses after each ``timeout_s``.
     """
     if pidfd is not None:
         poller = select.poll()
