@@ -19,6 +19,9 @@ RATIO = "alkstore/floor"
 # The variants of a drain's figures: to the last ack (exits left out), its CPU.
 TO_ACK = ", to the last ack"
 CPU = ", CPU per job from the first job"
+# The producer counts whose client CPU per job is a row: one producer's own
+# cost, and eight's, where producers and backends share the machine's cores.
+CPU_PRODUCERS = (1, 8)
 # A figure: its system, its command (module and arguments), the key of its JSON, its unit.
 Spec = tuple[str, tuple[str, ...], str, str]
 
@@ -107,6 +110,9 @@ def floor_specs(engine: str, names: Names) -> dict[str, Spec]:
             system = FLOOR if mode == "floor" else ALKSTORE
             producers = (floor, "producers", n, str(k), mode)
             specs[names.producing(k, mode)] = (system, producers, "rate", "jobs/s")
+            if k in CPU_PRODUCERS:
+                cpu = f"{names.producing(k, mode)}, client CPU per job"
+                specs[cpu] = (system, producers, "cpu_us_per_job", "us")
     return specs
 
 
@@ -152,6 +158,10 @@ def floor_derived(values: dict[str, list[float]], engine: str, names: Names) -> 
         # A worker of the queue waiting: the coalesced notifications' cost.
         for mode in ("alkstore-waiting", "alkstore-eager"):
             ratio(f"{who}, {mode} / floor", RATIO, names.producing(k, mode), floor)
+        if k in CPU_PRODUCERS:
+            ratio(f"{who}, client CPU per job, alkstore / floor", RATIO,
+                  f"{names.producing(k, 'alkstore')}, client CPU per job",
+                  f"{floor}, client CPU per job", note="lower is better")  # fmt: skip
     return rows
 
 

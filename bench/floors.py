@@ -287,10 +287,11 @@ def producer(mode: str, count: str, index: str) -> dict:
     one(-1)
     print("ready", flush=True)
     sys.stdin.readline()
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()
     for i in range(int(count)):
         one(i)
-    return {"start": started, "end": time.monotonic(), "jobs": int(count)}
+    ended = time.monotonic()
+    return {"start": started, "end": ended, "jobs": int(count), "cpu": time.process_time() - cpu}
 
 
 # --- the commands bench/run.py runs ------------------------------------------------------
@@ -429,6 +430,9 @@ def cmd_producers(n: str, k: str, mode: str) -> dict:
     Each child sets up (Django, its connection, one enqueue), says ``ready``
     and waits for ``go``; the rate is the jobs over the span from the first
     child's start to the last one's end (CLOCK_MONOTONIC is the machine's).
+    ``cpu_us_per_job`` is the producers' own CPU over their loops, per job:
+    on a machine with fewer cores than producers and backends, what the
+    client spends is taken from the server.
     """
     from bench.workloads import ROOT
 
@@ -480,7 +484,11 @@ def cmd_producers(n: str, k: str, mode: str) -> dict:
     if (left := live(PRODUCER_QUEUE)) != jobs + producers:
         raise SystemExit(f"{producers} producers wrote {left} rows, not {jobs + producers}")
     seconds = max(s["end"] for s in spans) - min(s["start"] for s in spans)
-    return {"jobs": jobs, "producers": producers, "mode": mode, "rate": jobs / seconds}
+    cpu_us = sum(s["cpu"] for s in spans) / jobs * 1e6
+    return {
+        "jobs": jobs, "producers": producers, "mode": mode, "rate": jobs / seconds,
+        "cpu_us_per_job": cpu_us,
+    }  # fmt: skip
 
 
 if __name__ == "__main__":
