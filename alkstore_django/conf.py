@@ -31,9 +31,14 @@ DEFAULT_SQLITE_WATCH_INTERVAL_S = 0.005
 # After a queue's wake-up commits, one process sends no other for that queue
 # this long (PostgreSQL): every commit that notifies takes the server's one
 # notification lock, which serialized concurrent enqueuers. Workers claim again
-# this long after each wake-up they hear, so no job waits on the saving.
+# this long (and twice this long) after each wake-up they hear, so no job
+# waits on the saving.
 DEFAULT_NOTIFY_COALESCE_S = 0.005
 MAX_NOTIFY_COALESCE_S = 1.0
+# An idle worker claims again one and two windows after each wake-up it hears
+# and after it starts to wait; a wake-up covers the enqueues that commit
+# within the last of those windows (dialects/postgresql/wakeups.py).
+COALESCE_RECHECKS = 2
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from django.db import DatabaseError, connections
 
 from .. import presence
-from ..conf import app_settings
+from ..conf import COALESCE_RECHECKS, app_settings
 from ..error_text import describe
 from ..errors import InvalidArgument
 from ..executor import CONNECTION_ERRORS, tidy_connections
@@ -165,8 +165,9 @@ class Worker:
         self._db_failures = 0
         self._next_limit_check = 0.0
         # Producers leave a queue's wake-up out for NOTIFY_COALESCE_S after one
-        # they sent (dialects/postgresql/wakeups.py): a claim that starts that
-        # long after each wake-up heard finds what they left unannounced.
+        # they sent (dialects/postgresql/wakeups.py): the claims that start one
+        # and two windows after each wake-up heard find what they left
+        # unannounced.
         dialect = self.store.dialect
         self.coalesce_s = app_settings.notify_coalesce_s if dialect.supports_listen_notify else 0.0
         # Written by the watcher's thread only; read with when the last claims began.
@@ -294,9 +295,14 @@ class Worker:
             timeout = min(timeout, release_s)
         if self.completer.acks:
             timeout = min(timeout, ACK_LINGER_S)
-        recheck_at = max(self.heard_at, self._waiting_at) + self.coalesce_s
-        if recheck_at > self._filled_at:
-            timeout = min(timeout, recheck_at - time.monotonic())
+        # The next of the claims one and two windows after the last wake-up
+        # heard (or the flag), that no claim has begun since.
+        since = max(self.heard_at, self._waiting_at)
+        for windows in range(1, COALESCE_RECHECKS + 1):
+            recheck_at = since + windows * self.coalesce_s
+            if recheck_at > self._filled_at:
+                timeout = min(timeout, recheck_at - time.monotonic())
+                break
         if drained and len(self.holdings) < self.capacity:
             due = self.store.dialect.next_due_at([q.name for q in self._queues])
             if due is not None:
@@ -364,8 +370,8 @@ class Worker:
         A worker whose last claim found more than it could take claims again
         on its own as it frees up: producers leave its queues' notifications
         out meanwhile. Once it waits, an enqueue that looked just before the
-        flag committed sent none; it committed within a window of looking
-        (``wakeups.py``), so the claim a window after the flag finds it.
+        flag committed sent none; it committed within two windows of looking
+        (``wakeups.py``), so the claim two windows after the flag finds it.
         """
         if not presence.set_waiting(self.store.using, self.worker_id, waiting):
             announce(self, self.store, self._queues)  # the row was gone: it says waiting
@@ -388,7 +394,7 @@ class Worker:
         tidy_connections(connections.close_all)
 
     def heard(self) -> None:
-        """Note a wake-up heard (the watcher's thread): claim again a window later."""
+        """Note a wake-up heard (the watcher's thread): claim again one and two windows later."""
         self.heard_at = time.monotonic()
 
     # --- outages ---------------------------------------------------------------

@@ -4,9 +4,9 @@ worker waits, and no job left waiting on either.
 Every commit that sends a notification takes PostgreSQL's one notification
 lock, so an enqueue that follows a wake-up of the same process within the
 window sends none, and neither does one while no worker of its queue waits
-(``LiveWorker.waiting``); an idle worker claims again a window after each
-wake-up it hears and after it starts to wait. The window is widened here so
-that the timings are not races.
+(``LiveWorker.waiting``); an idle worker claims again one and two windows
+after each wake-up it hears and after it starts to wait. The window is
+widened here so that the timings are not races.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from alkstore_django import presence, store
 from alkstore_django.models import LiveWorker
 from alkstore_django.notify import open_watcher
 from alkstore_django.queues import channel_for
+from alkstore_django.worker import Worker
 from tests.helpers import (
     ALKSTORE_DB,
     ROUTING,
@@ -95,15 +96,30 @@ def test_no_window__every_enqueue_sends_its_wake_up__waiting_or_not(heard):
 
 
 @notifies
-def test_quiet_enqueue_committed_past_the_window__sends_its_own_wake_up(window, heard, waiter):
+def test_quiet_enqueue_committed_past_two_windows__sends_its_own_wake_up(window, heard, waiter):
+    # The workers claim again one and two windows after the first's wake-up:
+    # a commit later than that is announced by a notification of its own.
     q = store.queue(QUEUE)
     q.enqueue("first")
     assert heard(0.1) == 1
     with transaction.atomic(using=ALKSTORE_DB):
         q.enqueue("quiet, in a long transaction")  # within the window of the first
-        time.sleep(WINDOW_S)
+        time.sleep(2 * WINDOW_S)
         assert heard(0.1) == 0  # nothing is delivered before the commit
     assert heard(0.2) == 1
+
+
+@notifies
+def test_quiet_enqueue_committed_within_two_windows__sends_nothing(window, heard, waiter):
+    # A slow commit (a loaded server) past the first window is still covered:
+    # the workers' claim two windows after the first's wake-up finds it.
+    q = store.queue(QUEUE)
+    q.enqueue("first")
+    assert heard(0.1) == 1
+    with transaction.atomic(using=ALKSTORE_DB):
+        q.enqueue("quiet, committed past one window")
+        time.sleep(1.2 * WINDOW_S)
+    assert heard(0.2) == 0
 
 
 @notifies
@@ -166,6 +182,25 @@ def test_idle_worker__runs_a_job_enqueued_without_a_wake_up_within_the_window(wi
 
 
 @notifies
+def test_idle_worker__claims_again_one_and_two_windows_after_the_wake_up_it_heard(window):
+    # A quiet enqueue may commit up to two windows after the wake-up that
+    # covers it (a slow commit under load), so a worker that has claimed
+    # since the first window passed still waits for the second, not for its
+    # poll 30 s away. The loop's own wait is asked, on a worker not started.
+    worker = Worker([QUEUE], poll_interval_s=30)
+    now = time.monotonic()
+    worker.heard_at = now - 0.5 * WINDOW_S
+    worker._filled_at = now - 0.4 * WINDOW_S  # its claim on hearing it
+    assert worker._idle_timeout(drained=False) <= 0.5 * WINDOW_S
+    worker.heard_at = now - 1.5 * WINDOW_S
+    worker._filled_at = now - 0.4 * WINDOW_S  # its claim one window after
+    assert worker._idle_timeout(drained=False) <= 0.5 * WINDOW_S
+    worker.heard_at = now - 2.5 * WINDOW_S
+    worker._filled_at = now - 0.4 * WINDOW_S  # its claim two windows after: the poll is next
+    assert worker._idle_timeout(drained=False) > 2 * WINDOW_S
+
+
+@notifies
 def test_no_worker_waiting__an_enqueue_sends_no_wake_up(window, heard):
     # Every worker of the queue is busy (or none runs): each claims again as
     # it frees up, so the notification's lock would buy nothing.
@@ -186,9 +221,9 @@ def test_no_worker_waiting__an_enqueue_sends_no_wake_up(window, heard):
 
 
 @notifies
-def test_enqueue_that_found_no_waiter__asks_again_when_it_commits_past_the_window(window, heard):
+def test_enqueue_that_found_no_waiter__asks_again_when_it_commits_past_two_windows(window, heard):
     # It looked before a worker started to wait, and committed later than
-    # that worker's claim a window after its flag: it sends a wake-up itself.
+    # that worker's claim two windows after its flag: it sends a wake-up itself.
     with waiting_worker(QUEUE, waiting=False) as worker_id:
         with transaction.atomic(using=ALKSTORE_DB):
             store.queue(QUEUE).enqueue("looked while nobody waited")
@@ -200,7 +235,7 @@ def test_enqueue_that_found_no_waiter__asks_again_when_it_commits_past_the_windo
             flip = threading.Thread(target=starts_to_wait)
             flip.start()
             flip.join()
-            time.sleep(WINDOW_S)
+            time.sleep(2 * WINDOW_S)
             assert heard(0.1) == 0
         assert heard(0.3) == 1
 
