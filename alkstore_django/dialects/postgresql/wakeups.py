@@ -71,8 +71,9 @@ class Wakeups:
         sent_at = self._sent_at.get(channel)
         if sent_at is None:
             return False
-        reach_s = COALESCE_RECHECKS * window_s - 2 * self._took_s
-        return now - sent_at < min(window_s, reach_s)
+        # Leaving twice the last commit's time before the last recheck.
+        spare_s = COALESCE_RECHECKS * window_s - 2 * self._took_s
+        return now - sent_at < min(window_s, spare_s)
 
     def committed(self, channel: str, sent_at: float) -> None:
         """Record a wake-up on ``channel`` decided at ``sent_at`` that has committed."""
