@@ -163,6 +163,9 @@ class Worker:
         self.pool_lanes = make_pool(self)
         self._rr = 0
         self._db_failures = 0
+        # Whether the last claim found the queues drained, and when the next is due.
+        self._drained = False
+        self._claim_at = 0.0
         self._next_limit_check = 0.0
         # Producers leave a queue's wake-up out for NOTIFY_COALESCE_S after one
         # they sent (dialects/postgresql/wakeups.py): the claims that start one
@@ -233,14 +236,16 @@ class Worker:
         watcher = threading.Thread(target=self._watch, name="alkstore-watch", daemon=True)
         watcher.start()
         self._watcher = watcher
+        woken = True
         try:
             while not stop.is_set():
                 self.wake.clear()
                 self.pulse.beat()
                 try:
-                    timeout = self._round()
+                    timeout = self._round(woken)
                 except DatabaseError as exc:
                     self._database_error(exc)
+                    woken = True
                     continue
                 except Exception as exc:
                     # A bug, not an outage: reported, and what is held is settled on the way out.
@@ -249,15 +254,22 @@ class Worker:
                     break
                 if timeout is None:
                     break
+                woken = True
                 if timeout:
-                    # Sliced so a stop request is seen within STOP_CHECK_S.
-                    self.wake.wait(min(timeout, STOP_CHECK_S))
+                    # Sliced so a stop request is seen within STOP_CHECK_S; a
+                    # slice that ends unwoken claims only if its claim is due.
+                    woken = self.wake.wait(min(timeout, STOP_CHECK_S))
         finally:
             self._shutdown()
         return self.stats
 
-    def _round(self) -> float | None:
-        """Settle, renew, do the upkeep due, claim; return how long to wait (None: stop)."""
+    def _round(self, woken: bool) -> float | None:
+        """Settle, renew, do the upkeep due, claim; return how long to wait (None: stop).
+
+        Unless ``woken``, a worker whose last claim drained its queues claims
+        again only at the time that claim set (``_claim_at``): the stop checks
+        that end its wait every STOP_CHECK_S must not each cost an empty claim.
+        """
         self.completer.settle()
         if self.broken:
             return None
@@ -275,8 +287,13 @@ class Worker:
             self.cancels.check_due()
         self.controls.read_if_due(self.store)
         self.upkeep.run_due(self._queues)
+        if not woken and self._drained and time.monotonic() < self._claim_at:
+            # Nothing arrived: a finished job's ack has no claim to ride soon.
+            self.completer.flush_acks(force=True)
+            return max(min(self._claim_at, self.holdings.next_beat) - time.monotonic(), 0.0)
         self._filled_at = time.monotonic()
         claimed, drained = self._fill()
+        self._drained = drained
         self.completer.flush_acks(force=drained)
         if self.burst and drained and not self.holdings:
             return None
@@ -285,6 +302,7 @@ class Worker:
         if claimed and not drained:
             return 0.0  # more is waiting: claim again at once
         timeout = self._idle_timeout(drained)
+        self._claim_at = time.monotonic() + timeout
         self._db_failures = 0
         return timeout
 

@@ -11,6 +11,8 @@ from alkstore_django import store
 from alkstore_django.errors import InvalidArgument
 from alkstore_django.models import DeadJob, Job
 from alkstore_django.worker import Worker
+from alkstore_django.worker.instruments import Instruments
+from alkstore_django.worker.loop import STOP_CHECK_S
 from tests.helpers import db_now, running_worker, wait_for
 from tests.testapp.models import Run
 
@@ -108,6 +110,39 @@ def test_idle_worker__wakes_on_enqueue_without_waiting_for_the_poll():
         started = time.monotonic()
         wait_for_run(store.queue("t.record").enqueue("wake"))
         assert time.monotonic() - started < 2
+
+
+class ClaimTimes(Instruments):
+    """Instruments that note when each of the worker's claims ran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+
+    def claim(self, queue: str, seconds: float) -> None:
+        self.times.append(time.monotonic())
+
+
+def test_idle_worker__claims_at_its_poll_interval__not_at_every_stop_check():
+    claims = ClaimTimes()
+    with running_worker(["t.record"], poll_interval_s=30, instruments=claims):
+        wait_for(lambda: claims.times)
+        # Past the rechecks a PostgreSQL worker makes just after it starts to
+        # wait (two coalescing windows).
+        time.sleep(0.2)
+        seen = len(claims.times)
+        time.sleep(4 * STOP_CHECK_S + 0.1)
+        assert len(claims.times) == seen
+
+
+def test_idle_worker__still_polls_every_poll_interval():
+    claims = ClaimTimes()
+    with running_worker(["t.record"], poll_interval_s=0.5, instruments=claims):
+        wait_for(lambda: claims.times)
+        started = time.monotonic()
+        time.sleep(1.7)
+        polls = [t for t in claims.times if t > started + 0.1]
+        assert 2 <= len(polls) <= 4, [round(t - started, 3) for t in claims.times]
 
 
 def test_idle_worker__wakes_when_a_delayed_job_becomes_due():
