@@ -292,7 +292,15 @@ class Worker:
             self.completer.flush_acks(force=True)
             return max(min(self._claim_at, self.holdings.next_beat) - time.monotonic(), 0.0)
         self._filled_at = time.monotonic()
+        # Nothing running: every job held is finished, waiting for its ack.
+        idle = len(self.holdings) == len(self.completer.acks)
         claimed, drained = self._fill()
+        if claimed and idle:
+            # The woken handler thread waits for the GIL, which this thread
+            # would keep through the rest of its round, up to its next wait
+            # on the database: give it over now. Only from idle: with runs
+            # going, the GIL could take a switch interval to come back.
+            time.sleep(0)
         self._drained = drained
         self.completer.flush_acks(force=drained)
         if self.burst and drained and not self.holdings:
