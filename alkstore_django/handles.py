@@ -133,9 +133,13 @@ class JobHandle:
         self.queue.store.check_open()
         if self._spent:
             return False
-        return self._spend(
-            self.queue.store.dialect.requeue_claimed(*self._fence(), delay_s=None, error=None)
-        )
+        dialect = self.queue.store.dialect
+        released = self._spend(dialect.requeue_claimed(*self._fence(), delay_s=None, error=None))
+        if released:
+            # Claimable now, and no enqueue announced it: an idle worker of
+            # the queue would find it only at its poll.
+            dialect.wake_if_waiting(self.queue.name, self.queue.channel)
+        return released
 
     def snooze(self, delay_s: float) -> bool:
         """Put the job off: pending again after ``delay_s``, the claim's attempt given back.

@@ -383,6 +383,14 @@ class Dialect(BatchedDeletes, ABC):
     def notify(self, channel: str, payload: str) -> None:
         """Send ``payload`` on ``channel``, delivered when the caller's transaction commits."""
 
+    def wake_if_waiting(self, queue: str, channel: str) -> None:
+        """Send ``queue``'s wake-up on ``channel`` if one of its workers waits for it.
+
+        For a job made claimable by something other than an enqueue (a
+        release). Nothing to send here: the SQLite and MariaDB/MySQL
+        watchers see the job table change on their own.
+        """
+
     @abstractmethod
     def move_dead_to_live(self, cursor: Any, ids: Sequence[int]) -> dict[str, int]:
         """Requeue the dead letters ``ids`` inside the caller's write transaction.

@@ -13,7 +13,7 @@ from alkstore_django.models import DeadJob, Job
 from alkstore_django.worker import Worker
 from alkstore_django.worker.instruments import Instruments
 from alkstore_django.worker.loop import STOP_CHECK_S
-from tests.helpers import db_now, running_worker, wait_for
+from tests.helpers import db_now, running_worker, runworker, wait_for
 from tests.testapp.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -143,6 +143,41 @@ def test_idle_worker__still_polls_every_poll_interval():
         time.sleep(1.7)
         polls = [t for t in claims.times if t > started + 0.1]
         assert 2 <= len(polls) <= 4, [round(t - started, 3) for t in claims.times]
+
+
+def test_idle_worker__runs_a_job_another_claimer_released_without_waiting_for_its_poll():
+    q = store.queue("t.record", visibility_timeout_s=60)
+    job_id = q.enqueue("released")
+    held = q.claim_one("another-worker")
+    assert held.job.id == job_id
+    claims = ClaimTimes()
+    with running_worker(["t.record"], poll_interval_s=30, instruments=claims):
+        wait_for(lambda: claims.times)
+        time.sleep(0.3)  # idle: its queue drained, its poll and the claim's lapse far off
+        started = time.monotonic()
+        assert held.release()
+        wait_for_run(job_id)
+        assert time.monotonic() - started < 2
+
+
+def test_idle_worker__runs_the_retry_of_a_killed_workers_job_when_it_is_due(subprocess_env):
+    q = store.queue("t.slow", retry_base_s=0.5, visibility_timeout_s=60)
+    doomed = runworker(subprocess_env, "--queue", "t.slow", wait=False)
+    try:
+        job_id = q.enqueue({"sleep_s": 4.0})
+        assert wait_for(lambda: Run.objects.filter(job_id=job_id).exists(), timeout=60)
+        claims = ClaimTimes()
+        with running_worker(["t.slow"], poll_interval_s=30, instruments=claims):
+            wait_for(lambda: claims.times)
+            time.sleep(0.3)  # idle: its poll and the running claim's lapse far off
+            killed = time.monotonic()
+            doomed.kill()  # the worker alone: its sentinel retries the job
+            assert wait_for(lambda: Run.objects.filter(job_id=job_id).count() == 2, timeout=5)
+            # Its backoff (0.25-0.5 s) and the sentinel's look, not the poll.
+            assert time.monotonic() - killed < 3
+    finally:
+        doomed.kill()
+        doomed.communicate(timeout=30)
 
 
 def test_idle_worker__wakes_when_a_delayed_job_becomes_due():
