@@ -138,7 +138,7 @@ class JobHandle:
         if released:
             # Claimable now, and no enqueue announced it: an idle worker of
             # the queue would find it only at its poll.
-            dialect.wake_if_waiting(self.queue.name, self.queue.channel)
+            dialect.wake_for(self.queue.name, self.queue.channel)
         return released
 
     def snooze(self, delay_s: float) -> bool:

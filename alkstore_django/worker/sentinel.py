@@ -341,6 +341,6 @@ def settle_held(worker: Worker, error: str | None = None) -> dict[Settled, int]:
     # A retry is due after its backoff, a time no idle worker has set a timer
     # for: woken, each claims and reads it (a release wakes them on its own).
     for name in retried:
-        worker.store.dialect.wake_if_waiting(name, queues[name].channel)
+        worker.store.dialect.wake_for(name, queues[name].channel)
     connections.close_all()
     return counts
