@@ -106,16 +106,26 @@ def watch_queues(
     of the queues was paused or resumed, and ``cancels`` when a job of one
     was asked to cancel (where the engine carries payloads); ``heard`` is
     called before each wake-up. A watcher that fails is closed and reopened a
-    second later; meanwhile the worker's poll finds the jobs and the requests.
+    second later; meanwhile the worker's poll finds the jobs and the requests,
+    and once it is back the worker looks at once for what it missed.
     A write to the socket ``interrupt_fd`` (with ``halt`` set) ends a wait at once.
     """
     watcher: Watcher | None = None
     channels = [q.channel for q in queues]
+    failed = False
     while not halt.is_set():
         try:
             if watcher is None:
                 watcher = open_watcher(store, channels, queues=[q.name for q in queues])
                 watcher.interrupt_fd = interrupt_fd
+                if failed:
+                    # What was sent while it was down is lost: the worker
+                    # reads the controls and the cancels, and claims, at once.
+                    failed = False
+                    controls.set()
+                    if cancels is not None:
+                        cancels.set()
+                    wake.set()
             woken, payloads = watcher.wait_for_payloads(HALT_CHECK_S)
             if CONTROL_PAYLOAD in payloads:
                 controls.set()
@@ -130,6 +140,7 @@ def watch_queues(
             if watcher is not None:
                 watcher.close()
             watcher = None
+            failed = True
             halt.wait(1.0)
     if watcher is not None:
         watcher.close()

@@ -17,7 +17,7 @@ import pytest
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from alkstore_django import store
+from alkstore_django import notify, store
 from alkstore_django.models import Job
 from alkstore_django.notify import HALT_CHECK_S, open_watcher, watch_queues
 from alkstore_django.queues import channel_for
@@ -143,3 +143,36 @@ def test_watch_queues__stops_within_a_tenth_of_a_second_of_its_halt():
     thread.join(5)
     assert not thread.is_alive()
     assert time.monotonic() - halted < HALT_CHECK_S + 0.3
+
+
+def test_watch_queues__once_a_failed_watcher_is_back__the_worker_looks_at_once(monkeypatch):
+    # Whatever was sent while the watcher was down is lost: without this the
+    # worker would find the jobs, the pauses and the cancels only at its poll.
+    opened = []
+
+    def first_one_breaks(*args, **kwargs):
+        watcher = open_watcher(*args, **kwargs)
+        if not opened:
+
+            def broken(timeout_s):
+                raise RuntimeError("the watcher broke")
+
+            watcher.wait_for_payloads = broken
+        opened.append(watcher)
+        return watcher
+
+    monkeypatch.setattr(notify, "open_watcher", first_one_breaks)
+    wake, halt, controls, cancels = (threading.Event() for _ in range(4))
+    thread = threading.Thread(
+        target=watch_queues,
+        args=(store, [store.queue("woken")], wake, halt, controls, cancels),
+        daemon=True,
+    )
+    thread.start()
+    try:
+        assert wake.wait(5)
+        assert len(opened) == 2
+        assert controls.is_set() and cancels.is_set()
+    finally:
+        halt.set()
+        thread.join(5)
