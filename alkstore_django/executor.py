@@ -347,6 +347,10 @@ def settle(handle: JobHandle, outcome: Outcome, func: Any, using: str) -> Settle
         except Exception:
             logger.error("could not record the failure either id=%s", job.id, exc_info=True)
             result = Settled.LOST
+    if result in (Settled.RETRIED, Settled.SNOOZED):
+        # Due again after its backoff, a time no idle worker has set a timer
+        # for: woken, each claims and reads it (a release wakes them itself).
+        handle.queue.store.dialect.wake_for(handle.job.queue, handle.queue.channel)
     if outcome.kind != OutcomeKind.RELEASE:
         finished(handle.job, outcome, result)
     return result

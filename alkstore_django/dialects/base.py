@@ -26,6 +26,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
+from functools import partial
 from typing import Any, ClassVar, TypeVar
 
 from django.core import checks
@@ -396,10 +397,15 @@ class Dialect(BatchedDeletes, ABC):
     def wake_for(self, queue: str, channel: str) -> None:
         """Wake ``queue``'s waiting workers for a job made claimable without an enqueue.
 
-        A release, or a retry the worker that ran it will not claim. Best
-        effort: what made the job claimable is committed whether or not the
-        wake-up goes out, and without it a worker finds the job at its poll.
+        A release, or a retry the worker that ran it will not claim. Inside a
+        caller's transaction it goes out after the commit (a failed statement
+        would abort the transaction, and the workers would look too soon).
+        Best effort: what made the job claimable is committed whether or not
+        the wake-up goes out, and without it a worker finds the job at its poll.
         """
+        if self.connection.in_atomic_block:
+            transaction.on_commit(partial(self.wake_for, queue, channel), using=self.using)
+            return
         try:
             self.wake_if_waiting(queue, channel)
         except DatabaseError:

@@ -95,14 +95,19 @@ class Completer:
         self._acks_since = 0.0
         self._unsettled: deque[Done] = deque()
 
-    def settle(self) -> None:
-        """Apply the finished jobs' outcomes; plain acks wait to ride the next claim."""
+    def settle(self) -> bool:
+        """Apply the finished jobs' outcomes; plain acks wait to ride the next claim.
+
+        Returns whether any job came back: the loop claims after it, since a
+        retry, a snooze or a release may be due again at once.
+        """
         done_queue, unsettled = self.done, self._unsettled
         while True:
             try:
                 unsettled.append(done_queue.get_nowait())
             except queue_module.Empty:
                 break
+        returned = bool(unsettled)
         waiting = self.controls.await_finish
         kept: list[Done] = []
         while unsettled:
@@ -129,6 +134,7 @@ class Completer:
             self.ack_kept(kept)
         if self.tally.flush_due():
             self.tally.flush()
+        return returned
 
     def apply(self, held: Held, outcome: Outcome, *, reuse_slot: bool = True) -> Settled:
         """Settle ``outcome`` for ``held`` (``executor.settle``), forget it, count it.

@@ -239,6 +239,8 @@ class Worker:
         woken = True
         try:
             while not stop.is_set():
+                # Set after the wait timed out and before this clear: still a wake-up.
+                woken = woken or self.wake.is_set()
                 self.wake.clear()
                 self.pulse.beat()
                 try:
@@ -266,11 +268,13 @@ class Worker:
     def _round(self, woken: bool) -> float | None:
         """Settle, renew, do the upkeep due, claim; return how long to wait (None: stop).
 
-        Unless ``woken``, a worker whose last claim drained its queues claims
-        again only at the time that claim set (``_claim_at``): the stop checks
-        that end its wait every STOP_CHECK_S must not each cost an empty claim.
+        Unless ``woken`` (or a job came back, or a queue was paused or
+        resumed), a worker whose last claim drained its queues claims again
+        only at the time that claim set (``_claim_at``): the stop checks that
+        end its wait every STOP_CHECK_S must not each cost an empty claim.
         """
-        self.completer.settle()
+        if self.completer.settle():
+            woken = True  # a job came back: it may be due again at once
         if self.broken:
             return None
         if time.monotonic() >= self._next_limit_check:
@@ -285,11 +289,15 @@ class Worker:
             self.holdings.renew_due()
         if self.holdings:
             self.cancels.check_due()
+        paused = self.controls.paused
         self.controls.read_if_due(self.store)
         self.upkeep.run_due(self._queues)
-        if not woken and self._drained and time.monotonic() < self._claim_at:
-            # Nothing arrived: a finished job's ack has no claim to ride soon.
-            self.completer.flush_acks(force=True)
+        if (
+            not woken
+            and self.controls.paused == paused
+            and self._drained
+            and time.monotonic() < self._claim_at
+        ):
             return max(min(self._claim_at, self.holdings.next_beat) - time.monotonic(), 0.0)
         self._filled_at = time.monotonic()
         # Nothing running: every job held is finished, waiting for its ack.

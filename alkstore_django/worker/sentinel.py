@@ -306,7 +306,6 @@ def settle_held(worker: Worker, error: str | None = None) -> dict[Settled, int]:
     queues = {q.name: q for q in worker.build_queues()}
     died = Outcome(OutcomeKind.RETRY, error=error or DIED.format(worker_id=worker.worker_id))
     using = worker.store.using
-    retried: set[str] = set()
     for job_id, generation, state in held:
         row = by_id.get(job_id)
         queue = queues.get(row.queue) if row is not None else None
@@ -328,8 +327,6 @@ def settle_held(worker: Worker, error: str | None = None) -> dict[Settled, int]:
         else:
             result = settle(handle, died, worker.handlers.get(row.queue), using)
         counts[result] = counts.get(result, 0) + 1
-        if result == Settled.RETRIED:
-            retried.add(row.queue)
         logger.warning(
             "job id=%s queue=%s outcome=%s attempts=%s settled by the sentinel of %s",
             job_id,
@@ -338,9 +335,5 @@ def settle_held(worker: Worker, error: str | None = None) -> dict[Settled, int]:
             row.attempts,
             worker.worker_id,
         )
-    # A retry is due after its backoff, a time no idle worker has set a timer
-    # for: woken, each claims and reads it (a release wakes them on its own).
-    for name in retried:
-        worker.store.dialect.wake_for(name, queues[name].channel)
     connections.close_all()
     return counts
