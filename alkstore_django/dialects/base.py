@@ -19,18 +19,16 @@ them), so a literal percent sign is written ``%%``.
 from __future__ import annotations
 
 import json
-import logging
 import select
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from functools import partial
 from typing import Any, ClassVar, TypeVar
 
 from django.core import checks
-from django.db import DatabaseError, connections, transaction
+from django.db import connections, transaction
 
 from ..conf import app_settings
 from ..models import (
@@ -50,8 +48,6 @@ from ..models import (
 from ..records import UNKEYED, EnqueueStamps, split_tags
 from ..records import Job as JobRecord
 from .batches import BatchedDeletes
-
-logger = logging.getLogger("alkstore_django.dialects")
 
 JOB_TABLE = Job._meta.db_table
 DEAD_TABLE = DeadJob._meta.db_table
@@ -387,29 +383,12 @@ class Dialect(BatchedDeletes, ABC):
     def notify(self, channel: str, payload: str) -> None:
         """Send ``payload`` on ``channel``, delivered when the caller's transaction commits."""
 
-    def wake_if_waiting(self, queue: str, channel: str) -> None:
-        """Send ``queue``'s wake-up on ``channel`` if one of its workers waits for it.
-
-        Nothing to send here: the SQLite and MariaDB/MySQL watchers see the
-        job table change on their own.
-        """
-
     def wake_for(self, queue: str, channel: str) -> None:
         """Wake ``queue``'s waiting workers for a job made claimable without an enqueue.
 
-        A release, or a retry the worker that ran it will not claim. Inside a
-        caller's transaction it goes out after the commit (a failed statement
-        would abort the transaction, and the workers would look too soon).
-        Best effort: what made the job claimable is committed whether or not
-        the wake-up goes out, and without it a worker finds the job at its poll.
+        A release, a retry or a snooze. Nothing to send here: the SQLite and
+        MariaDB/MySQL watchers see the job table change on their own.
         """
-        if self.connection.in_atomic_block:
-            transaction.on_commit(partial(self.wake_for, queue, channel), using=self.using)
-            return
-        try:
-            self.wake_if_waiting(queue, channel)
-        except DatabaseError:
-            logger.warning("could not wake the workers of queue %s", queue, exc_info=True)
 
     @abstractmethod
     def move_dead_to_live(self, cursor: Any, ids: Sequence[int]) -> dict[str, int]:

@@ -6,13 +6,14 @@ per process (``wakeups.py``).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from functools import cache, cached_property, partial
 from typing import Any
 
 from django.core import checks
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from ...conf import app_settings
 from ...records import EnqueueStamps
@@ -65,6 +66,8 @@ FENCED_ACK = (
     "AND j.generation = (%s::jsonb ->> j.id::text)::bigint "
     f"AND j.worker_id = %s AND {LIVE_CLAIM} RETURNING j.id"
 )
+
+logger = logging.getLogger("alkstore_django.dialects.postgresql")
 
 
 def _plus(base: str, seconds: str) -> str:
@@ -260,6 +263,23 @@ class PostgresDialect(
     def wake_if_waiting(self, queue: str, channel: str) -> None:
         """Send ``queue``'s wake-up on ``channel`` if one of its workers waits."""
         self._fetchall(f"SELECT {WAKE_IF_WAITING}", [queue, channel])
+
+    def wake_for(self, queue: str, channel: str) -> None:
+        """Wake ``queue``'s waiting workers for a release, a retry or a snooze.
+
+        Inside a caller's transaction it goes out after the commit (a failed
+        statement would abort the transaction, and the workers would look
+        too soon). Best effort: what made the job claimable is committed
+        whether or not the wake-up goes out, and without it a worker finds
+        the job at its poll.
+        """
+        if self.connection.in_atomic_block:
+            transaction.on_commit(partial(self.wake_for, queue, channel), using=self.using)
+            return
+        try:
+            self.wake_if_waiting(queue, channel)
+        except DatabaseError:
+            logger.warning("could not wake the workers of queue %s", queue, exc_info=True)
 
     def insert_unique(
         self, cursor: Any, stamps: EnqueueStamps, keyed: dict[str, str]
