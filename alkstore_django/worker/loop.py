@@ -8,10 +8,10 @@ request would, so user code sees the site's usual connection policy.
 
 A claimed job passes through a few roles: ``holdings`` (held under claim,
 its claim renewed), a lane of the pool (``threads``, ``aio``: where its
-handler runs),
-the ``completer`` (its outcome settled, acks riding the next claim) and the
-``tally`` (counted and logged). ``controls`` gate the claims, ``upkeep`` runs
-the periodic chores.
+handler runs), the ``completer`` (its outcome settled, acks riding the
+next claim) and the ``tally`` (counted and logged). ``controls`` gate the
+claims, the ``cadence`` says when the next one is due, ``upkeep`` runs the
+periodic chores.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from django.db import DatabaseError, connections
 
 from .. import presence
-from ..conf import COALESCE_RECHECKS, app_settings
+from ..conf import app_settings
 from ..error_text import describe
 from ..errors import InvalidArgument
 from ..executor import CONNECTION_ERRORS, tidy_connections
@@ -37,9 +37,10 @@ from ..queues import Queue
 from ..store import Store, get_store
 from ..validation import validate_worker_id
 from .aio import AsyncioPool
+from .cadence import Cadence
 from .cancels import Cancels
 from .children import KILL_GRACE_S
-from .completer import ACK_LINGER_S, Completer, fences
+from .completer import Completer, fences
 from .controls import Controls
 from .holdings import Holdings
 from .instruments import Instruments
@@ -48,7 +49,7 @@ from .serving import Pool
 from .slots import Pulse
 from .tally import Tally, WorkerStats
 from .threads import ThreadPool
-from .upkeep import Upkeep, announce
+from .upkeep import Upkeep
 
 logger = logging.getLogger("alkstore_django.worker")
 
@@ -155,7 +156,7 @@ class Worker:
         )
         self.upkeep = Upkeep(self)
         self.cancels = Cancels(self.store, self.holdings, self.poll_interval_s)
-        self._queues: list[Queue] = []
+        self.queues: list[Queue] = []
         self.wake = threading.Event()
         # A handler's progress report wakes the loop to write it (``Holdings.renew_due``).
         self.holdings.wake = self.wake
@@ -163,25 +164,8 @@ class Worker:
         self.pool_lanes = make_pool(self)
         self._rr = 0
         self._db_failures = 0
-        # Whether the last claim found the queues drained, and when the next is due.
-        self._drained = False
-        self._claim_at = 0.0
         self._next_limit_check = 0.0
-        # Producers leave a queue's wake-up out for NOTIFY_COALESCE_S after one
-        # they sent (dialects/postgresql/wakeups.py): the claims that start one
-        # and two windows after each wake-up heard find what they left
-        # unannounced.
-        dialect = self.store.dialect
-        self.coalesce_s = app_settings.notify_coalesce_s if dialect.supports_listen_notify else 0.0
-        # Written by the watcher's thread only; read with when the last claims began.
-        self.heard_at = float("-inf")
-        self._filled_at = 0.0
-        # What this worker's live-worker row says: whether it waits for
-        # wake-ups, and since when; written after the first claim (None:
-        # not yet). Kept only where producers read it: coalesced wake-ups on
-        # PostgreSQL.
-        self._waiting: bool | None = None
-        self._waiting_at = float("-inf")
+        self.cadence = Cadence(self)
 
     @property
     def stats(self) -> WorkerStats:
@@ -221,7 +205,7 @@ class Worker:
 
     def run(self, stop: threading.Event) -> WorkerStats:
         """Work until ``stop`` is set; return the counts."""
-        self._queues = self.build_queues()
+        self.queues = self.build_queues()
         logger.info(
             "worker started worker_id=%s queues=%s concurrency=%d batch=%d",
             self.worker_id,
@@ -270,8 +254,8 @@ class Worker:
 
         Unless ``woken`` (or a job came back, or a queue was paused or
         resumed), a worker whose last claim drained its queues claims again
-        only at the time that claim set (``_claim_at``): the stop checks that
-        end its wait every STOP_CHECK_S must not each cost an empty claim.
+        only when its ``cadence`` says: the stop checks that end its wait
+        every STOP_CHECK_S must not each cost an empty claim.
         """
         if self.completer.settle():
             woken = True  # a job came back: it may be due again at once
@@ -291,15 +275,11 @@ class Worker:
             self.cancels.check_due()
         paused = self.controls.paused
         self.controls.read_if_due(self.store)
-        self.upkeep.run_due(self._queues)
-        if (
-            not woken
-            and self.controls.paused == paused
-            and self._drained
-            and time.monotonic() < self._claim_at
-        ):
-            return max(min(self._claim_at, self.holdings.next_beat) - time.monotonic(), 0.0)
-        self._filled_at = time.monotonic()
+        self.upkeep.run_due(self.queues)
+        wait = self.cadence.wait_unclaimed(woken or self.controls.paused != paused)
+        if wait is not None:
+            return wait
+        self.cadence.claiming()
         # Nothing running: every job held is finished, waiting for its ack.
         idle = len(self.holdings) == len(self.completer.acks)
         claimed, drained = self._fill()
@@ -309,39 +289,15 @@ class Worker:
             # on the database: give it over now. Only from idle: with runs
             # going, the GIL could take a switch interval to come back.
             time.sleep(0)
-        self._drained = drained
+        self.cadence.drained = drained
         self.completer.flush_acks(force=drained)
         if self.burst and drained and not self.holdings:
             return None
-        if self.coalesce_s and drained != self._waiting:
-            self._say_waiting(drained)
+        self.cadence.claimed(drained)
         if claimed and not drained:
             return 0.0  # more is waiting: claim again at once
-        timeout = self._idle_timeout(drained)
-        self._claim_at = time.monotonic() + timeout
         self._db_failures = 0
-        return timeout
-
-    def _idle_timeout(self, drained: bool) -> float:
-        timeout = min(self.poll_interval_s, max(self.holdings.next_beat - time.monotonic(), 0.0))
-        release_s = self.controls.next_release_s()
-        if release_s is not None:
-            timeout = min(timeout, release_s)
-        if self.completer.acks:
-            timeout = min(timeout, ACK_LINGER_S)
-        # The next of the claims one and two windows after the last wake-up
-        # heard (or the flag), that no claim has begun since.
-        since = max(self.heard_at, self._waiting_at)
-        for windows in range(1, COALESCE_RECHECKS + 1):
-            recheck_at = since + windows * self.coalesce_s
-            if recheck_at > self._filled_at:
-                timeout = min(timeout, recheck_at - time.monotonic())
-                break
-        if drained and len(self.holdings) < self.capacity:
-            due = self.store.dialect.next_due_at([q.name for q in self._queues])
-            if due is not None:
-                timeout = min(timeout, due)
-        return max(timeout, 0.0)
+        return self.cadence.next_claim()
 
     def _fill(self) -> tuple[int, bool]:
         """Claim up to free capacity across the queues; return (claimed, all drained)."""
@@ -354,9 +310,9 @@ class Worker:
             return 0, False
         claimed = 0
         drained = True
-        count = len(self._queues)
+        count = len(self.queues)
         for offset in range(count):
-            q = self._queues[(self._rr + offset) % count]
+            q = self.queues[(self._rr + offset) % count]
             if q.name in controls.paused:
                 continue
             if controls.held_back(q.name):
@@ -398,38 +354,18 @@ class Worker:
         self.pool_lanes.submit([hold(handle, func, now) for handle in handles])
         return len(handles)
 
-    def _say_waiting(self, waiting: bool) -> None:
-        """Tell producers whether this worker waits for wake-ups (``LiveWorker.waiting``).
-
-        A worker whose last claim found more than it could take claims again
-        on its own as it frees up: producers leave its queues' notifications
-        out meanwhile. Once it waits, an enqueue that looked just before the
-        flag committed sent none; it committed within two windows of looking
-        (``wakeups.py``), so the claim two windows after the flag finds it.
-        """
-        if not presence.set_waiting(self.store.using, self.worker_id, waiting):
-            announce(self, self.store, self._queues)  # the row was gone: it says waiting
-            presence.set_waiting(self.store.using, self.worker_id, waiting)
-        self._waiting = waiting
-        if waiting:
-            self._waiting_at = time.monotonic()
-
     def _watch(self) -> None:
         watch_queues(
             self.store,
-            self._queues,
+            self.queues,
             self.wake,
             self._halt,
             self.controls.changed,
             self.cancels.heard,
-            self.heard if self.coalesce_s else None,
+            self.cadence.heard if self.cadence.coalesce_s else None,
             self._halt_pair[0].fileno(),
         )
         tidy_connections(connections.close_all)
-
-    def heard(self) -> None:
-        """Note a wake-up heard (the watcher's thread): claim again one and two windows later."""
-        self.heard_at = time.monotonic()
 
     # --- outages ---------------------------------------------------------------
 

@@ -166,7 +166,7 @@ def test_idle_worker__runs_a_job_enqueued_without_a_wake_up_within_the_window(wi
         first = q.enqueue("announced")
         assert wait_for(lambda: Run.objects.filter(job_id=first).exists(), timeout=3)
         if store.dialect.supports_listen_notify:
-            assert worker.heard_at > 0  # the loop knows when to look again
+            assert worker.cadence.heard_at > 0  # the loop knows when to look again
         time.sleep(0.1)  # the worker has acked the first and gone idle
         second = q.enqueue("unannounced")
         started = time.monotonic()
@@ -182,15 +182,15 @@ def test_idle_worker__claims_again_one_and_two_windows_after_the_wake_up_it_hear
     # poll 30 s away. The loop's own wait is asked, on a worker not started.
     worker = Worker([QUEUE], poll_interval_s=30)
     now = time.monotonic()
-    worker.heard_at = now - 0.5 * WINDOW_S
-    worker._filled_at = now - 0.4 * WINDOW_S  # its claim on hearing it
-    assert worker._idle_timeout(drained=False) <= 0.5 * WINDOW_S
-    worker.heard_at = now - 1.5 * WINDOW_S
-    worker._filled_at = now - 0.4 * WINDOW_S  # its claim one window after
-    assert worker._idle_timeout(drained=False) <= 0.5 * WINDOW_S
-    worker.heard_at = now - 2.5 * WINDOW_S
-    worker._filled_at = now - 0.4 * WINDOW_S  # its claim two windows after: the poll is next
-    assert worker._idle_timeout(drained=False) > 2 * WINDOW_S
+    worker.cadence.heard_at = now - 0.5 * WINDOW_S
+    worker.cadence.filled_at = now - 0.4 * WINDOW_S  # its claim on hearing it
+    assert worker.cadence.idle_timeout() <= 0.5 * WINDOW_S
+    worker.cadence.heard_at = now - 1.5 * WINDOW_S
+    worker.cadence.filled_at = now - 0.4 * WINDOW_S  # its claim one window after
+    assert worker.cadence.idle_timeout() <= 0.5 * WINDOW_S
+    worker.cadence.heard_at = now - 2.5 * WINDOW_S
+    worker.cadence.filled_at = now - 0.4 * WINDOW_S  # its claim two windows after: the poll is next
+    assert worker.cadence.idle_timeout() > 2 * WINDOW_S
 
 
 @notifies

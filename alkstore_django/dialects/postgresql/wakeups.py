@@ -14,7 +14,7 @@ left out because no worker waited) covers the jobs that commit within two
 windows after it (``COALESCE_RECHECKS``):
 
 - a worker claims again one and two windows after every wake-up it hears
-  (``Worker.heard``), and that wake-up was sent after it was decided;
+  (``Cadence.heard``), and that wake-up was sent after it was decided;
 - a worker claims again one and two windows after it starts to wait (its
   flag committed), and an enqueue that saw no worker waiting looked before
   that.
