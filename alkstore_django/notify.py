@@ -9,6 +9,7 @@ queue's channel is ``channel_for(queue)``.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from threading import Event
 from typing import TYPE_CHECKING
@@ -90,57 +91,101 @@ def open_watcher(
     return store.dialect.open_watcher(channels, queues=queues, listen_alias=alias)
 
 
-def watch_queues(
-    store: Store,
-    queues: Sequence[Queue],
-    wake: Event,
-    halt: Event,
-    controls: Event,
-    cancels: Event | None = None,
-    heard: Callable[[], None] | None = None,
-    interrupt_fd: int | None = None,
-) -> None:
-    """Set ``wake`` whenever something may have arrived on ``queues``, until ``halt`` is set.
+# A watcher that raised is closed and opened again this long after.
+REOPEN_S = 1.0
 
-    The body of a worker's watcher thread. ``controls`` is set too when one
-    of the queues was paused or resumed, and ``cancels`` when a job of one
-    was asked to cancel (where the engine carries payloads); ``heard`` is
-    called before each wake-up. A watcher that fails is closed and reopened a
-    second later; meanwhile the worker's poll finds the jobs and the requests,
-    and once it is back the worker looks at once for what it missed.
-    A write to the socket ``interrupt_fd`` (with ``halt`` set) ends a wait at once.
+
+class QueueWatch:
+    """A worker's watch on its queues: wait, and pass on what arrived.
+
+    ``wake`` is set whenever something may have arrived on ``queues``;
+    ``controls`` too when one of them was paused or resumed, and ``cancels``
+    when a job of one was asked to cancel (where the engine carries
+    payloads); ``heard`` is called before each wake-up. A watcher that fails
+    is closed and reopened ``REOPEN_S`` later; meanwhile the worker's poll
+    finds the jobs and the requests, and once it is back the worker looks at
+    once for what it missed.
+
+    Each ``look`` is one wait: in a watcher thread of its own
+    (``watch_queues``), or, where the watcher waits on a socket
+    (``Watcher.fileno``), inside the worker's main thread's own wait
+    (``worker/wake.py``), which then hears a wake-up without a thread between.
     """
-    watcher: Watcher | None = None
-    channels = [q.channel for q in queues]
-    failed = False
-    while not halt.is_set():
+
+    def __init__(
+        self,
+        store: Store,
+        queues: Sequence[Queue],
+        wake: Event,
+        controls: Event,
+        cancels: Event | None = None,
+        heard: Callable[[], None] | None = None,
+        interrupt_fd: int | None = None,
+    ) -> None:
+        self.store = store
+        self.channels = [q.channel for q in queues]
+        self.queue_names = [q.name for q in queues]
+        self.wake, self.controls, self.cancels, self.heard = wake, controls, cancels, heard
+        self.interrupt_fd = interrupt_fd
+        self.watcher: Watcher | None = None
+        self.failed = False
+        self.reopen_at = 0.0
+
+    def fileno(self) -> int | None:
+        """The socket a wake-up arrives on, to wait on with others; None while there is none."""
+        return None if self.watcher is None else self.watcher.fileno()
+
+    def look(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` and pass on what arrived; reopen a failed watcher when due."""
         try:
-            if watcher is None:
-                watcher = open_watcher(store, channels, queues=[q.name for q in queues])
-                watcher.interrupt_fd = interrupt_fd
-                if failed:
+            if self.watcher is None:
+                if time.monotonic() < self.reopen_at:
+                    return
+                self.watcher = open_watcher(self.store, self.channels, queues=self.queue_names)
+                self.watcher.interrupt_fd = self.interrupt_fd
+                if self.failed:
                     # What was sent while it was down is lost: the worker
                     # reads the controls and the cancels, and claims, at once.
-                    failed = False
-                    controls.set()
-                    if cancels is not None:
-                        cancels.set()
-                    wake.set()
-            woken, payloads = watcher.wait_for_payloads(HALT_CHECK_S)
-            if CONTROL_PAYLOAD in payloads:
-                controls.set()
-            if cancels is not None and any(p.startswith(CANCEL_PAYLOAD_PREFIX) for p in payloads):
-                cancels.set()
-            if woken:
-                if heard is not None:
-                    heard()
-                wake.set()
+                    self.failed = False
+                    self.missed()
+            woken, payloads = self.watcher.wait_for_payloads(timeout_s)
         except Exception:
             logger.warning("wake-up watcher failed; relying on polling", exc_info=True)
-            if watcher is not None:
-                watcher.close()
-            watcher = None
-            failed = True
-            halt.wait(1.0)
-    if watcher is not None:
-        watcher.close()
+            self.close()
+            self.failed = True
+            self.reopen_at = time.monotonic() + REOPEN_S
+            return
+        if CONTROL_PAYLOAD in payloads:
+            self.controls.set()
+        if self.cancels is not None and any(p.startswith(CANCEL_PAYLOAD_PREFIX) for p in payloads):
+            self.cancels.set()
+        if woken:
+            if self.heard is not None:
+                self.heard()
+            self.wake.set()
+
+    def missed(self) -> None:
+        """Have the worker look for what was sent while its watcher was down."""
+        self.controls.set()
+        if self.cancels is not None:
+            self.cancels.set()
+        self.wake.set()
+
+    def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.close()
+            self.watcher = None
+
+
+def watch_queues(watch: QueueWatch, halt: Event) -> None:
+    """Look with ``watch`` until ``halt`` is set: the body of a worker's watcher thread.
+
+    A write to the watch's ``interrupt_fd`` (with ``halt`` set) ends a wait at once.
+    """
+    try:
+        while not halt.is_set():
+            watch.look(HALT_CHECK_S)
+            if watch.watcher is None:
+                halt.wait(max(watch.reopen_at - time.monotonic(), 0.0))
+    finally:
+        watch.close()

@@ -148,8 +148,7 @@ class Watcher(ABC):
     """
 
     interrupt_fd: int | None = None
-    # Made once: a polling watcher pauses every few milliseconds. A poll object
-    # holds no descriptor of its own, so nothing is left to close.
+    # Made once (a polling watcher pauses every few ms); it holds no descriptor to close.
     _poller: Any = None
 
     def pause(self, seconds: float) -> bool:
@@ -167,6 +166,10 @@ class Watcher(ABC):
     @abstractmethod
     def receive(self, timeout_s: float) -> list[tuple[str, str]]:
         """Return the (channel, payload) pairs that arrived within ``timeout_s``."""
+
+    def fileno(self) -> int | None:
+        """The socket that becomes readable when something arrives; None where there is none."""
+        return None
 
     def wait(self, timeout_s: float) -> bool:
         """Return True as soon as something may have changed, False on timeout."""
@@ -390,6 +393,12 @@ class Dialect(BatchedDeletes, ABC):
         MariaDB/MySQL watchers see the job table change on their own.
         """
 
+    def own_session(self, owned: bool = True) -> None:
+        """Say whether this thread's connection carries a worker's own statements only.
+
+        PostgreSQL then sets the session up for the claim; nothing to do here.
+        """
+
     @abstractmethod
     def move_dead_to_live(self, cursor: Any, ids: Sequence[int]) -> dict[str, int]:
         """Requeue the dead letters ``ids`` inside the caller's write transaction.
@@ -485,13 +494,3 @@ class Dialect(BatchedDeletes, ABC):
         if soonest is None or db_now is None:
             return None
         return max((soonest - db_now).total_seconds(), 0.0)
-
-
-def schedule_params(dialect: Dialect, values: dict[str, Any], next_run_at: datetime) -> list[Any]:
-    """Return the schedule upsert's row values, in column order (name … next_run_at)."""
-    return [
-        values["name"], values["spec"], values["interval_s"], values["zone"],
-        values["misfire"], values["queue"], values["payload"], values["priority"],
-        values["max_attempts"], values["visibility_timeout_s"], values["retry_base_s"],
-        values["expires_s"], True, values["declared"], dialect.adapt_datetime(next_run_at),
-    ]  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from .base import LOCK_TABLE, SCHEDULE_COLUMNS, SCHEDULE_TABLE, Dialect, schedule_params
+from .base import LOCK_TABLE, SCHEDULE_COLUMNS, SCHEDULE_TABLE, Dialect
 
 
 class OnConflictUpserts(Dialect):
@@ -65,3 +65,13 @@ class OnConflictUpserts(Dialect):
             f"refused_from = CASE WHEN {same} THEN s.refused_from ELSE NULL END"
         )
         self._rowcount(sql, [*schedule_params(self, values, next_run_at), *now_params, *now_params])
+
+
+def schedule_params(dialect: Dialect, values: dict[str, Any], next_run_at: datetime) -> list[Any]:
+    """Return the schedule upsert's row values, in column order (name … next_run_at)."""
+    return [
+        values["name"], values["spec"], values["interval_s"], values["zone"],
+        values["misfire"], values["queue"], values["payload"], values["priority"],
+        values["max_attempts"], values["visibility_timeout_s"], values["retry_base_s"],
+        values["expires_s"], True, values["declared"], dialect.adapt_datetime(next_run_at),
+    ]  # fmt: skip

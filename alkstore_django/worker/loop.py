@@ -32,7 +32,7 @@ from ..error_text import describe
 from ..errors import InvalidArgument
 from ..executor import CONNECTION_ERRORS, tidy_connections
 from ..handlers import HandlerRegistry, registry
-from ..notify import watch_queues
+from ..notify import QueueWatch, watch_queues
 from ..queues import Queue
 from ..store import Store, get_store
 from ..validation import validate_worker_id
@@ -50,6 +50,7 @@ from .slots import Pulse
 from .tally import Tally, WorkerStats
 from .threads import ThreadPool
 from .upkeep import Upkeep
+from .wake import Wake
 
 logger = logging.getLogger("alkstore_django.worker")
 
@@ -157,7 +158,7 @@ class Worker:
         self.upkeep = Upkeep(self)
         self.cancels = Cancels(self.store, self.holdings, self.poll_interval_s)
         self.queues: list[Queue] = []
-        self.wake = threading.Event()
+        self.wake = Wake()
         # A handler's progress report wakes the loop to write it (``Holdings.renew_due``).
         self.holdings.wake = self.wake
         self._halt = threading.Event()
@@ -214,12 +215,9 @@ class Worker:
             self.capacity,
         )
         self.pool_lanes.start()
-        # Written at shutdown, so the watcher's wait ends then rather than at its next
-        # look. A socket pair, not a pipe: every platform's select() takes a socket.
-        self._halt_pair = socket.socketpair()
-        watcher = threading.Thread(target=self._watch, name="alkstore-watch", daemon=True)
-        watcher.start()
-        self._watcher = watcher
+        # This thread's connection carries the worker's own statements only.
+        self.store.dialect.own_session()
+        self._start_watch()
         woken = True
         try:
             while not stop.is_set():
@@ -240,11 +238,13 @@ class Worker:
                     break
                 if timeout is None:
                     break
-                woken = True
                 if timeout:
                     # Sliced so a stop request is seen within STOP_CHECK_S; a
                     # slice that ends unwoken claims only if its claim is due.
                     woken = self.wake.wait(min(timeout, STOP_CHECK_S))
+                else:
+                    self.wake.wait(0)  # busy: only read what the watch's socket holds
+                    woken = True
         finally:
             self._shutdown()
         return self.stats
@@ -354,17 +354,40 @@ class Worker:
         self.pool_lanes.submit([hold(handle, func, now) for handle in handles])
         return len(handles)
 
-    def _watch(self) -> None:
-        watch_queues(
+    def _start_watch(self) -> None:
+        """Watch the queues: in the main thread's own waits where the watcher has a socket.
+
+        Elsewhere (SQLite's file, MariaDB's poll) a watcher thread of its own
+        sets the wake-up.
+        """
+        self._watcher: threading.Thread | None = None
+        heard = self.cadence.heard if self.cadence.coalesce_s else None
+        if self.store.dialect.supports_listen_notify:
+            watch = QueueWatch(
+                self.store, self.queues, self.wake, self.controls.changed, self.cancels.heard, heard
+            )
+            self.wake.start(watch)
+            return
+        self.wake.start()
+        # Written at shutdown, so the watcher's wait ends then rather than at its next
+        # look. A socket pair, not a pipe: every platform's select() takes a socket.
+        self._halt_pair = socket.socketpair()
+        watch = QueueWatch(
             self.store,
             self.queues,
             self.wake,
-            self._halt,
             self.controls.changed,
             self.cancels.heard,
-            self.cadence.heard if self.cadence.coalesce_s else None,
+            heard,
             self._halt_pair[0].fileno(),
         )
+        self._watcher = threading.Thread(
+            target=self._watch, args=(watch,), name="alkstore-watch", daemon=True
+        )
+        self._watcher.start()
+
+    def _watch(self, watch: QueueWatch) -> None:
+        watch_queues(watch, self._halt)
         tidy_connections(connections.close_all)
 
     # --- outages ---------------------------------------------------------------
@@ -397,14 +420,18 @@ class Worker:
         self._finish_within_grace()
         self._settle_last()
         self._halt.set()
-        self._halt_pair[1].send(b"\0")
+        if self._watcher is not None:
+            self._halt_pair[1].send(b"\0")
         self.pool_lanes.close()
-        self._watcher.join(2.0)
-        if not self._watcher.is_alive():
-            # A watcher still inside a wait keeps the pair: a closed number could be reused.
-            for end in self._halt_pair:
-                end.close()
+        if self._watcher is not None:
+            self._watcher.join(2.0)
+            if not self._watcher.is_alive():
+                # A watcher still inside a wait keeps the pair: a closed number could be reused.
+                for end in self._halt_pair:
+                    end.close()
+        self.wake.close()
         connections[self.store.using].close()
+        self.store.dialect.own_session(False)
         stats = self.stats
         logger.info(
             "worker stopped worker_id=%s acked=%d retried=%d dead=%d lost=%d released=%d "

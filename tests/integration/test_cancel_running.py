@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.db import connection
 
 from alkstore_django import store
 from alkstore_django.errors import InvalidArgument
@@ -24,6 +25,7 @@ from tests.helpers import (
     VENDOR,
     database_url,
     lapse_claim,
+    postgres_only,
     running_worker,
     wait_for,
 )
@@ -125,6 +127,41 @@ def test_cancel_job__found_by_the_poll_when_the_notification_is_missed():
         assert wait_for(lambda: started(job_id), timeout=10)
         took = cancel_and_time(job_id)
     assert took <= POLL_S + 1.0
+    assert_cancelled_once(job_id)
+
+
+@postgres_only("only PostgreSQL's listener carries the request: elsewhere the poll finds it")
+def test_cancel_job__sent_while_the_listener_was_down__is_read_once_it_is_back(monkeypatch):
+    # The request's notification is lost while the worker's LISTEN connection
+    # is down; its poll is 30 s away. Once the listener is back the worker
+    # reads its cancel requests at once, as it claims at once.
+    from psycopg import OperationalError
+
+    from alkstore_django.dialects.postgresql.watch import PostgresWatcher
+
+    job_id = store.queue("c.heed").enqueue({"run_s": 30})
+    with running_worker(["c.heed"], poll_interval_s=30):
+        assert wait_for(lambda: started(job_id), timeout=10)
+        refusals = [1, 2, 3]  # the server refuses the listener for about a second
+        connect = PostgresWatcher._connect
+
+        def refused_at_first(watcher):
+            if refusals:
+                refusals.pop()
+                raise OperationalError("the server is restarting")
+            return connect(watcher)
+
+        monkeypatch.setattr(PostgresWatcher, "_connect", refused_at_first)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE query LIKE 'LISTEN %%' AND pid <> pg_backend_pid()"
+            )
+            assert cursor.fetchall(), "no listener to cut"
+        assert wait_for(lambda: len(refusals) < 3, timeout=5)  # the worker saw it go
+        took = cancel_and_time(job_id)
+        assert not refusals
+    assert took < 5, f"cancelled {took:.1f} s after cancel_job: at the poll"
     assert_cancelled_once(job_id)
 
 

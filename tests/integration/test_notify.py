@@ -19,7 +19,7 @@ from django.db.models.functions import Now
 
 from alkstore_django import notify, store
 from alkstore_django.models import Job
-from alkstore_django.notify import HALT_CHECK_S, open_watcher, watch_queues
+from alkstore_django.notify import HALT_CHECK_S, QueueWatch, open_watcher, watch_queues
 from alkstore_django.queues import channel_for
 from tests.helpers import ALKSTORE_DB, mysql_only, needs, waiting_worker
 
@@ -133,7 +133,7 @@ def test_watch_queues__stops_within_a_tenth_of_a_second_of_its_halt():
     wake, halt, controls = threading.Event(), threading.Event(), threading.Event()
     thread = threading.Thread(
         target=watch_queues,
-        args=(store, [store.queue("woken")], wake, halt, controls),
+        args=(QueueWatch(store, [store.queue("woken")], wake, controls), halt),
         daemon=True,
     )
     thread.start()
@@ -165,7 +165,7 @@ def test_watch_queues__once_a_failed_watcher_is_back__the_worker_looks_at_once(m
     wake, halt, controls, cancels = (threading.Event() for _ in range(4))
     thread = threading.Thread(
         target=watch_queues,
-        args=(store, [store.queue("woken")], wake, halt, controls, cancels),
+        args=(QueueWatch(store, [store.queue("woken")], wake, controls, cancels), halt),
         daemon=True,
     )
     thread.start()

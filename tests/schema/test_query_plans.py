@@ -210,10 +210,37 @@ def test_fenced_acks__find_their_rows_by_primary_key_behind_many_claims_in_fligh
     reason="behind a transaction-mode pooler nothing is prepared: each claim is planned afresh",
 )
 @pytest.mark.django_db(transaction=True)
-def test_worker_claim__runs_its_generic_plan_from_the_first_cycle_with_a_backlog_analyzed():
+@pytest.mark.parametrize(
+    ("own_session", "bound_server_side"),
+    [(False, False), (True, False), (True, True)],
+    ids=["claim_batch", "worker", "worker_server_side_binding"],
+)
+def test_worker_claim__runs_its_generic_plan_from_the_first_cycle_with_a_backlog_analyzed(
+    own_session, bound_server_side, monkeypatch
+):
     # Statistics showing a backlog (what autovacuum's ANALYZE leaves) made
     # PostgreSQL judge the generic plan dearer than a custom one and plan the
     # claim afresh on every cycle: 0 generic plans and 1 custom plan a call.
+    # A worker's main thread sets its session to generic plans
+    # (``own_session``); any other caller's claim sets it for itself, as does
+    # a worker on a site whose every query is prepared (server-side binding).
+    if bound_server_side:
+        options = dict(store.dialect.connection.settings_dict["OPTIONS"], server_side_binding=True)
+        monkeypatch.setitem(store.dialect.connection.settings_dict, "OPTIONS", options)
+    if own_session:
+        store.dialect.own_session()
+    try:
+        claim_twelve_times_behind_a_backlog()
+        with store.dialect.connection.cursor() as cursor:
+            cursor.execute("SHOW plan_cache_mode")
+            mode = cursor.fetchone()[0]
+    finally:
+        store.dialect.own_session(False)
+        store.dialect.connection.close()  # the session's mode goes with it
+    assert mode == ("force_generic_plan" if own_session and not bound_server_side else "auto")
+
+
+def claim_twelve_times_behind_a_backlog():
     fill_pending("backlog", BACKLOG)
     q = store.queue("target")
     q.enqueue_many(range(200))

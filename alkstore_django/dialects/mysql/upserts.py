@@ -17,8 +17,8 @@ from ..base import (
     SCHEDULE_COLUMNS,
     SCHEDULE_TABLE,
     Dialect,
-    schedule_params,
 )
+from ..upserts import schedule_params
 from .sql import NOW, plus
 from .transactions import run_in_transaction
 

@@ -86,6 +86,10 @@ class PostgresWatcher(Watcher):
             time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
             return []
 
+    def fileno(self) -> int | None:
+        conn = self._conn
+        return None if conn is None or conn.closed else conn.fileno()
+
     def wait_for_payloads(self, timeout_s: float) -> tuple[bool, list[str]]:
         messages = self.receive(timeout_s)
         return bool(messages), [payload for _, payload in messages]

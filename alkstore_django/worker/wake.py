@@ -1,0 +1,134 @@
+"""The main thread's wake-up: set by the other threads, and heard on its own LISTEN socket.
+
+Handler threads set it when a job is done or reports progress, a watcher
+thread when one of the worker's queues may have work; the main thread waits
+on it between rounds. It is an ``Event`` with a socket beside it, so that
+the main thread can wait in one ``poll()`` on that socket and on another.
+
+Where the engine's watcher waits on a socket (PostgreSQL's ``LISTEN``
+connection), there is no watcher thread: the main thread's wait polls the
+watcher's socket too and reads what arrived itself, so a notification
+reaches the claim without a hand-off from one thread to another (the
+pickup's largest cost after the claim, docs/performance.md). A busy
+round, which does not wait, still looks at the socket without waiting, so a
+pause or a cancel request is heard as soon as it arrives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..notify import QueueWatch
+
+# A watch without its socket (its connection lost, or never made) is tried
+# again this often, not at every round.
+RECONNECT_S = 1.0
+
+
+class Wake(threading.Event):
+    """``set`` from any thread; ``wait`` and ``clear`` from the main thread only.
+
+    Until ``start`` it is a plain ``Event``; ``start`` opens its socket pair,
+    ``close`` closes it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._reader: socket.socket | None = None
+        self._writer: socket.socket | None = None
+        # The thread that waits: its own sets (the watch it reads) need no byte.
+        self._owner: int | None = None
+        self.watch: QueueWatch | None = None
+        self._watch_fd: int | None = None
+        self._retry_at = 0.0
+        self._poller: Any = None
+
+    def start(self, watch: QueueWatch | None = None) -> None:
+        """Open the socket pair; with ``watch``, read it in this thread's waits (opened at once)."""
+        self._reader, self._writer = socket.socketpair()
+        self._reader.setblocking(False)
+        self._writer.setblocking(False)
+        self._owner = threading.get_ident()
+        if hasattr(select, "poll"):
+            self._poller = select.poll()
+            self._poller.register(self._reader.fileno(), select.POLLIN)
+        if watch is not None:
+            self.watch = watch
+            watch.look(0)
+            self._watch_fd = self._follow(watch.fileno())
+
+    def set(self) -> None:
+        if self.is_set():
+            return
+        super().set()
+        if self._writer is not None and threading.get_ident() != self._owner:
+            # Full (a byte already waits) or closed at shutdown: the flag is set.
+            with contextlib.suppress(OSError):
+                self._writer.send(b"\0")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` s (None: until set) for a ``set`` or a wake-up the watch reads.
+
+        ``wait(0)`` only looks. It may return early and unset (a byte left
+        from an earlier set): the caller's round then claims only if due.
+        """
+        reader = self._reader
+        if reader is None:
+            return super().wait(timeout)
+        watch = self.watch
+        if watch is not None and self._watch_fd is None:
+            self._reconnect(watch)
+        if self.is_set() and timeout != 0:
+            return True
+        watch_fd = self._watch_fd
+        if self._poller is not None:
+            ready = {fd for fd, _ in self._poller.poll(None if timeout is None else timeout * 1000)}
+        else:  # Windows, whose select() takes sockets
+            fds = [reader.fileno()] + ([] if watch_fd is None else [watch_fd])
+            ready = set(select.select(fds, [], [], timeout)[0])
+        if reader.fileno() in ready:
+            with contextlib.suppress(BlockingIOError):
+                while reader.recv(512):
+                    pass
+        if watch is not None and watch_fd is not None and watch_fd in ready:
+            watch.look(0)
+            self._watch_fd = self._follow(watch.fileno())
+        return self.is_set()
+
+    def _reconnect(self, watch: QueueWatch) -> None:
+        """Try the watch's connection again, once per ``RECONNECT_S``; once back, look at once."""
+        now = time.monotonic()
+        if now < self._retry_at:
+            return
+        self._retry_at = now + RECONNECT_S
+        watch.look(0)
+        self._watch_fd = self._follow(watch.fileno())
+        if self._watch_fd is not None:
+            # What was sent while it was away is lost.
+            watch.missed()
+
+    def _follow(self, fd: int | None) -> int | None:
+        """Poll ``fd`` from now on instead of the watch's last socket."""
+        if self._poller is not None and fd != self._watch_fd:
+            if self._watch_fd is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    self._poller.unregister(self._watch_fd)
+            if fd is not None:
+                self._poller.register(fd, select.POLLIN)
+        return fd
+
+    def close(self) -> None:
+        """Close the watch and the socket pair; ``set`` still sets the flag after."""
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
+        for end in (self._reader, self._writer):
+            if end is not None:
+                end.close()
+        self._reader = self._writer = None
