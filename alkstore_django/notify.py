@@ -30,9 +30,10 @@ if TYPE_CHECKING:
 
 # PostgreSQL refuses NOTIFY payloads of 8,000 bytes or more.
 MAX_NOTIFY_PAYLOAD_BYTES = 7999
-# A stopping worker joins its watcher thread, which sees the halt only between
-# two waits: a long wait held every stop, a --burst drain's exit included, up
-# to that long (a second added to a 2-second drain). An idle wake-up costs
+# A stopping worker (SQLite, MariaDB/MySQL) joins its watcher thread, which
+# sees the halt only between two waits: a long wait held every stop, a
+# --burst drain's exit included, up to that long (a second added to a 2-second
+# drain). An idle wake-up costs
 # microseconds, and the engines' own poll intervals are shorter.
 HALT_CHECK_S = 0.1
 
@@ -106,10 +107,11 @@ class QueueWatch:
     finds the jobs and the requests, and once it is back the worker looks at
     once for what it missed.
 
-    Each ``look`` is one wait: in a watcher thread of its own
-    (``watch_queues``), or, where the watcher waits on a socket
-    (``Watcher.fileno``), inside the worker's main thread's own wait
-    (``worker/wake.py``), which then hears a wake-up without a thread between.
+    Each ``look`` is one wait: on PostgreSQL, whose watcher waits on its
+    ``LISTEN`` socket (``Watcher.fileno``), inside the worker's main thread's
+    own wait (``worker/wake.py``), which then hears a wake-up without a
+    thread between; on the other engines in a watcher thread of its own
+    (``watch_queues``).
     """
 
     def __init__(

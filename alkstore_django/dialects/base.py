@@ -143,8 +143,8 @@ class Watcher(ABC):
     """Waits for wake-ups on a set of channels over its own dedicated connection.
 
     ``interrupt_fd``, when set, is a socket whose becoming readable ends a
-    wait at once (a worker stopping: its watcher thread is joined without
-    waiting out the rest of a wait).
+    wait at once (a SQLite or MariaDB/MySQL worker stopping: its watcher
+    thread is joined without waiting out the rest of a wait).
     """
 
     interrupt_fd: int | None = None

@@ -38,7 +38,7 @@ class Cancels:
         self.store = store
         self.holdings = holdings
         self.poll_interval_s = poll_interval_s
-        # Set by the watcher thread when a cancel notification arrived.
+        # Set by the queue watch (worker/wake.py, notify.py) when a cancel notification arrived.
         self.heard = threading.Event()
         self._next_read_at = 0.0
 

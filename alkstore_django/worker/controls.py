@@ -26,7 +26,7 @@ MAX_RUNNING_RECHECK_S = 0.1
 class Controls:
     """The paused queues among ``queue_names``, and how long a limit holds each one back.
 
-    ``changed`` is set by the watcher on a pause or resume notification; the
+    ``changed`` is set by the queue watch on a pause or resume notification; the
     paused set is read again then, and every ``poll_interval_s`` regardless.
     """
 

@@ -215,11 +215,12 @@ class Worker:
             self.capacity,
         )
         self.pool_lanes.start()
-        # This thread's connection carries the worker's own statements only.
-        self.store.dialect.own_session()
         self._start_watch()
         woken = True
         try:
+            # This thread's connection carries the worker's own statements only
+            # (until _shutdown says otherwise).
+            self.store.dialect.own_session()
             while not stop.is_set():
                 # Set after the wait timed out and before this clear: still a wake-up.
                 woken = woken or self.wake.is_set()

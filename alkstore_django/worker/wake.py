@@ -11,7 +11,10 @@ watcher's socket too and reads what arrived itself, so a notification
 reaches the claim without a hand-off from one thread to another (the
 pickup's largest cost after the claim, docs/performance.md). A busy
 round, which does not wait, still looks at the socket without waiting, so a
-pause or a cancel request is heard as soon as it arrives.
+pause or a cancel request is heard as soon as it arrives. Connecting is
+the one thing the main thread does not do: a connect can hang until the
+server's timeout, so the watch's connection is (re)made in a short-lived
+thread of its own while the rounds go on.
 """
 
 from __future__ import annotations
@@ -48,9 +51,15 @@ class Wake(threading.Event):
         self._watch_fd: int | None = None
         self._retry_at = 0.0
         self._poller: Any = None
+        # The thread connecting the watch, and whether it is done with it;
+        # ``_lock`` orders its finish against ``close``.
+        self._opening: threading.Thread | None = None
+        self._opened = False
+        self._closed = False
+        self._lock = threading.Lock()
 
     def start(self, watch: QueueWatch | None = None) -> None:
-        """Open the socket pair; with ``watch``, read it in this thread's waits (opened at once)."""
+        """Open the socket pair; with ``watch``, read it in this thread's waits once connected."""
         self._reader, self._writer = socket.socketpair()
         self._reader.setblocking(False)
         self._writer.setblocking(False)
@@ -60,17 +69,17 @@ class Wake(threading.Event):
             self._poller.register(self._reader.fileno(), select.POLLIN)
         if watch is not None:
             self.watch = watch
-            watch.look(0)
-            self._watch_fd = self._follow(watch.fileno())
+            self._reconnect(watch)
 
     def set(self) -> None:
         if self.is_set():
             return
         super().set()
-        if self._writer is not None and threading.get_ident() != self._owner:
+        writer = self._writer  # once: close() may clear it meanwhile
+        if writer is not None and threading.get_ident() != self._owner:
             # Full (a byte already waits) or closed at shutdown: the flag is set.
             with contextlib.suppress(OSError):
-                self._writer.send(b"\0")
+                writer.send(b"\0")
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait up to ``timeout`` s (None: until set) for a ``set`` or a wake-up the watch reads.
@@ -93,25 +102,53 @@ class Wake(threading.Event):
             fds = [reader.fileno()] + ([] if watch_fd is None else [watch_fd])
             ready = set(select.select(fds, [], [], timeout)[0])
         if reader.fileno() in ready:
-            with contextlib.suppress(BlockingIOError):
-                while reader.recv(512):
-                    pass
+            self._drain()
         if watch is not None and watch_fd is not None and watch_fd in ready:
             watch.look(0)
             self._watch_fd = self._follow(watch.fileno())
+        elif watch is not None and self._opened:
+            self._reconnect(watch)
         return self.is_set()
 
     def _reconnect(self, watch: QueueWatch) -> None:
-        """Try the watch's connection again, once per ``RECONNECT_S``; once back, look at once."""
+        """Connect the watch in a thread of its own, once per ``RECONNECT_S``; follow it once done.
+
+        The main thread does not touch the watch while that thread has it.
+        """
+        if self._opening is not None:
+            if not self._opened:
+                return
+            self._opening, self._opened = None, False
+            self._drain()  # the connecting thread's byte, if sent yet: this wait returns now
+            self._watch_fd = self._follow(watch.fileno())
+            if self._watch_fd is not None:
+                # What was sent before it was (back) up is lost: look now.
+                watch.missed()
+            return
         now = time.monotonic()
         if now < self._retry_at:
             return
         self._retry_at = now + RECONNECT_S
-        watch.look(0)
-        self._watch_fd = self._follow(watch.fileno())
-        if self._watch_fd is not None:
-            # What was sent while it was away is lost.
-            watch.missed()
+        self._opening = threading.Thread(
+            target=self._open, args=(watch,), name="alkstore-listen-connect", daemon=True
+        )
+        self._opening.start()
+
+    def _open(self, watch: QueueWatch) -> None:
+        watch.look(0)  # connects, or reconnects, and passes on what already arrived
+        with self._lock:
+            if self._closed:
+                watch.close()
+                return
+            self._opened = True
+            self.set()
+
+    def _drain(self) -> None:
+        reader = self._reader
+        if reader is not None:
+            with contextlib.suppress(BlockingIOError):
+                while reader.recv(512):
+                    pass
 
     def _follow(self, fd: int | None) -> int | None:
         """Poll ``fd`` from now on instead of the watch's last socket."""
@@ -124,11 +161,17 @@ class Wake(threading.Event):
         return fd
 
     def close(self) -> None:
-        """Close the watch and the socket pair; ``set`` still sets the flag after."""
-        if self.watch is not None:
-            self.watch.close()
-            self.watch = None
+        """Close the watch and the socket pair; ``set`` still sets the flag after.
+
+        A watch still connecting is closed by its connecting thread when it is done.
+        """
+        with self._lock:
+            self._closed = True
+            watch, self.watch = self.watch, None
+            if watch is not None and (self._opening is None or self._opened):
+                watch.close()
         for end in (self._reader, self._writer):
             if end is not None:
                 end.close()
         self._reader = self._writer = None
+        self._watch_fd = self._poller = None

@@ -12,18 +12,24 @@ from alkstore_django.worker.wake import Wake
 class SocketWatch:
     """A watch whose wake-ups arrive on a real socket: ``look`` reads them and sets the wake."""
 
-    def __init__(self, wake: Wake) -> None:
+    def __init__(self, wake: Wake, connecting: threading.Event | None = None) -> None:
         self.wake = wake
         self.inbox, self.sender = socket.socketpair()
         self.inbox.setblocking(False)
         self.looks = 0
         self.heard = 0
+        self.missed_times = 0
+        self.closed = False
+        # Set to let the first look (the connect) end: until then it hangs.
+        self.connecting = connecting
 
     def fileno(self) -> int:
         return self.inbox.fileno()
 
     def look(self, timeout_s: float) -> None:
         self.looks += 1
+        if self.connecting is not None:
+            self.connecting.wait()
         try:
             got = self.inbox.recv(64)
         except BlockingIOError:
@@ -32,11 +38,22 @@ class SocketWatch:
         self.wake.set()
 
     def missed(self) -> None:
+        self.missed_times += 1
         self.wake.set()
 
     def close(self) -> None:
+        self.closed = True
         self.inbox.close()
         self.sender.close()
+
+
+def woken(wake: Wake, timeout_s: float) -> bool:
+    """Wait until ``wake`` is set: a wait may end early, unset, on a byte an earlier set left."""
+    deadline = time.monotonic() + timeout_s
+    while not wake.wait(max(deadline - time.monotonic(), 0)):
+        if time.monotonic() >= deadline:
+            return False
+    return True
 
 
 def test_wake__set_from_another_thread_ends_a_wait_at_once():
@@ -76,9 +93,13 @@ def test_wake__reads_its_watch_in_its_own_wait_without_a_thread_between():
     watch = SocketWatch(wake)
     wake.start(watch)  # type: ignore[arg-type]
     try:
+        # Once connected, the worker looks for what was sent before.
+        assert woken(wake, 5)
+        assert watch.missed_times == 1
+        wake.clear()
         threading.Timer(0.05, lambda: watch.sender.send(b"n")).start()
         began = time.monotonic()
-        assert wake.wait(5) is True
+        assert woken(wake, 5)
         assert time.monotonic() - began < 1
         assert watch.heard == 1
         wake.clear()
@@ -91,6 +112,47 @@ def test_wake__reads_its_watch_in_its_own_wait_without_a_thread_between():
         assert watch.heard == 2
     finally:
         wake.close()
+
+
+def test_wake__a_watch_slow_to_connect_does_not_hold_the_main_thread():
+    # A connect can hang until the server's timeout; the rounds go on meanwhile.
+    connecting = threading.Event()
+    wake = Wake()
+    watch = SocketWatch(wake, connecting)
+    began = time.monotonic()
+    wake.start(watch)  # type: ignore[arg-type]
+    try:
+        assert time.monotonic() - began < 1
+        assert wake.wait(0.1) is False
+        threading.Timer(0.05, wake.set).start()
+        assert woken(wake, 5)  # a handler's set still ends the wait
+        wake.clear()
+        assert watch.missed_times == 0
+        connecting.set()
+        assert woken(wake, 5)
+        assert watch.missed_times == 1
+        wake.clear()
+        watch.sender.send(b"n")
+        assert woken(wake, 5)  # …and its socket is followed from then on
+        assert watch.heard == 1
+    finally:
+        connecting.set()
+        wake.close()
+    assert watch.closed
+
+
+def test_wake__closed_while_its_watch_connects__the_watch_is_closed_once_connected():
+    connecting = threading.Event()
+    wake = Wake()
+    watch = SocketWatch(wake, connecting)
+    wake.start(watch)  # type: ignore[arg-type]
+    wake.close()
+    assert not watch.closed  # the connecting thread still has it
+    connecting.set()
+    deadline = time.monotonic() + 5
+    while not watch.closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert watch.closed
 
 
 def test_wake__before_start_is_a_plain_event():

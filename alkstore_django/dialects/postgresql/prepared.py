@@ -159,7 +159,9 @@ class PreparedStatements(Dialect):
         site's own queries are not prepared: unless they are bound
         server-side (``OPTIONS["server_side_binding"]``), where every query is
         an unnamed prepared statement; then the claim stays on
-        ``fetch_generic``'s ``SET LOCAL``.
+        ``fetch_generic``'s ``SET LOCAL``. The other statements that thread
+        prepares (the enqueue of a workflow's next step) get generic plans
+        too: single-row writes by key, whose generic plan is their custom one.
         """
         self._cursors.own_session = owned
 
