@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 # A watch without its socket (its connection lost, or never made) is tried
 # again this often, not at every round.
 RECONNECT_S = 1.0
+# How long ``start`` waits for the first connect (usually milliseconds), so
+# that the worker's first claim comes after its LISTEN and sees what was
+# sent before; a slower one is followed once it is done.
+FIRST_CONNECT_S = 1.0
 
 
 class Wake(threading.Event):
@@ -70,6 +74,9 @@ class Wake(threading.Event):
         if watch is not None:
             self.watch = watch
             self._reconnect(watch)
+            if self._opening is not None:
+                self._opening.join(FIRST_CONNECT_S)
+                self._reconnect(watch)  # follows it, if connected by now
 
     def set(self) -> None:
         if self.is_set():
