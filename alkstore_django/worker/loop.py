@@ -297,8 +297,9 @@ class Worker:
         self.cadence.claimed(drained)
         if claimed and not drained:
             return 0.0  # more is waiting: claim again at once
+        timeout = self.cadence.next_claim()  # reads the database: a failure there backs off too
         self._db_failures = 0
-        return self.cadence.next_claim()
+        return timeout
 
     def _fill(self) -> tuple[int, bool]:
         """Claim up to free capacity across the queues; return (claimed, all drained)."""
@@ -418,21 +419,24 @@ class Worker:
         # Jobs not started yet go back at once; running ones get the grace period.
         for held in self.pool_lanes.unstarted():
             self.completer.release(held)
-        self._finish_within_grace()
-        self._settle_last()
-        self._halt.set()
-        if self._watcher is not None:
-            self._halt_pair[1].send(b"\0")
-        self.pool_lanes.close()
-        if self._watcher is not None:
-            self._watcher.join(2.0)
-            if not self._watcher.is_alive():
-                # A watcher still inside a wait keeps the pair: a closed number could be reused.
-                for end in self._halt_pair:
-                    end.close()
-        self.wake.close()
-        connections[self.store.using].close()
-        self.store.dialect.own_session(False)
+        try:
+            self._finish_within_grace()
+            self._settle_last()
+            self._halt.set()
+            if self._watcher is not None:
+                self._halt_pair[1].send(b"\0")
+            self.pool_lanes.close()
+            if self._watcher is not None:
+                self._watcher.join(2.0)
+                if not self._watcher.is_alive():
+                    # A watcher still inside a wait keeps the pair: a closed number could be reused.
+                    for end in self._halt_pair:
+                        end.close()
+            self.wake.close()
+            connections[self.store.using].close()
+        finally:
+            # This thread may live on (a crew's, a test's): its statements are its own again.
+            self.store.dialect.own_session(False)
         stats = self.stats
         logger.info(
             "worker stopped worker_id=%s acked=%d retried=%d dead=%d lost=%d released=%d "

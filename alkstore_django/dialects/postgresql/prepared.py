@@ -164,6 +164,8 @@ class PreparedStatements(Dialect):
         too: single-row writes by key, whose generic plan is their custom one.
         """
         self._cursors.own_session = owned
+        if not owned:
+            self._cursors.session = None  # its closed connection, and the last claim's rows
 
     def _fetch_on_own_session(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         import psycopg
