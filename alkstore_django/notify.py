@@ -33,8 +33,8 @@ MAX_NOTIFY_PAYLOAD_BYTES = 7999
 # A stopping worker (SQLite, MariaDB/MySQL) joins its watcher thread, which
 # sees the halt only between two waits: a long wait held every stop, a
 # --burst drain's exit included, up to that long (a second added to a 2-second
-# drain). An idle wake-up costs
-# microseconds, and the engines' own poll intervals are shorter.
+# drain). An idle wake-up costs microseconds, and the engines' own poll
+# intervals are shorter.
 HALT_CHECK_S = 0.1
 
 

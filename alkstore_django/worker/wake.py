@@ -142,7 +142,13 @@ class Wake(threading.Event):
         self._opening.start()
 
     def _open(self, watch: QueueWatch) -> None:
-        watch.look(0)  # connects, or reconnects, and passes on what already arrived
+        try:
+            watch.look(0)  # connects, or reconnects, and passes on what already arrived
+        finally:
+            self._finish_opening(watch)
+
+    def _finish_opening(self, watch: QueueWatch) -> None:
+        """Give the watch back to the main thread, or close it if the wake closed meanwhile."""
         with self._lock:
             if self._closed:
                 watch.close()
