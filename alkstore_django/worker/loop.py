@@ -159,6 +159,8 @@ class Worker:
         self.cancels = Cancels(self.store, self.holdings, self.poll_interval_s)
         self.queues: list[Queue] = []
         self.wake = Wake()
+        # SQLite's and MariaDB's watch runs in a thread of its own (``_start_watch``).
+        self._watcher: threading.Thread | None = None
         # A handler's progress report wakes the loop to write it (``Holdings.renew_due``).
         self.holdings.wake = self.wake
         self._halt = threading.Event()
@@ -215,16 +217,18 @@ class Worker:
             self.capacity,
         )
         self.pool_lanes.start()
-        self._start_watch()
         woken = True
         try:
+            self._start_watch()
             # This thread's connection carries the worker's own statements only
             # (until _shutdown says otherwise).
             self.store.dialect.own_session()
             while not stop.is_set():
-                # Set after the wait timed out and before this clear: still a wake-up.
-                woken = woken or self.wake.is_set()
-                self.wake.clear()
+                # Set after the wait timed out: still a wake-up. Cleared only when
+                # seen set, so a set landing after this look is kept for the next wait.
+                if self.wake.is_set():
+                    self.wake.clear()
+                    woken = True
                 self.pulse.beat()
                 try:
                     timeout = self._round(woken)
@@ -362,7 +366,6 @@ class Worker:
         Elsewhere (SQLite's file, MariaDB's poll) a watcher thread of its own
         sets the wake-up.
         """
-        self._watcher: threading.Thread | None = None
         heard = self.cadence.heard if self.cadence.coalesce_s else None
         if self.store.dialect.supports_listen_notify:
             watch = QueueWatch(
@@ -433,10 +436,11 @@ class Worker:
                     for end in self._halt_pair:
                         end.close()
             self.wake.close()
-            connections[self.store.using].close()
         finally:
-            # This thread may live on (a crew's, a test's): its statements are its own again.
+            # This thread may live on (a crew's, a test's): its statements are its own
+            # again, and its session as it was before the connection is closed or pooled.
             self.store.dialect.own_session(False)
+            connections[self.store.using].close()
         stats = self.stats
         logger.info(
             "worker stopped worker_id=%s acked=%d retried=%d dead=%d lost=%d released=%d "

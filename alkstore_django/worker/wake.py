@@ -56,14 +56,18 @@ class Wake(threading.Event):
         self._retry_at = 0.0
         self._poller: Any = None
         # The thread connecting the watch, and whether it is done with it;
-        # ``_lock`` orders its finish against ``close``.
+        # ``_lock`` orders its finish, and every byte sent, against ``close``.
         self._opening: threading.Thread | None = None
         self._opened = False
-        self._closed = False
         self._lock = threading.Lock()
 
     def start(self, watch: QueueWatch | None = None) -> None:
-        """Open the socket pair; with ``watch``, read it in this thread's waits once connected."""
+        """Open the socket pair; with ``watch``, read it in this thread's waits once connected.
+
+        A closed wake may be started again (a worker run again).
+        """
+        self._opening, self._opened = None, False
+        self._retry_at, self._watch_fd = 0.0, None
         self._reader, self._writer = socket.socketpair()
         self._reader.setblocking(False)
         self._writer.setblocking(False)
@@ -82,11 +86,12 @@ class Wake(threading.Event):
         if self.is_set():
             return
         super().set()
-        writer = self._writer  # once: close() may clear it meanwhile
-        if writer is not None and threading.get_ident() != self._owner:
-            # Full (a byte already waits) or closed at shutdown: the flag is set.
-            with contextlib.suppress(OSError):
-                writer.send(b"\0")
+        if self._writer is not None and threading.get_ident() != self._owner:
+            # Under the lock: a late set (a handler outliving the shutdown) must not
+            # write to a number close() gave back and another open reused.
+            with self._lock, contextlib.suppress(OSError):
+                if self._writer is not None:
+                    self._writer.send(b"\0")  # full: a byte already waits
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait up to ``timeout`` s (None: until set) for a ``set`` or a wake-up the watch reads.
@@ -148,13 +153,16 @@ class Wake(threading.Event):
             self._finish_opening(watch)
 
     def _finish_opening(self, watch: QueueWatch) -> None:
-        """Give the watch back to the main thread, or close it if the wake closed meanwhile."""
+        """Give the watch back to the main thread, or close it if no longer the wake's.
+
+        The wake was closed meanwhile, or closed and started with another watch.
+        """
         with self._lock:
-            if self._closed:
+            if watch is not self.watch:
                 watch.close()
                 return
             self._opened = True
-            self.set()
+        self.set()
 
     def _drain(self) -> None:
         reader = self._reader
@@ -179,12 +187,11 @@ class Wake(threading.Event):
         A watch still connecting is closed by its connecting thread when it is done.
         """
         with self._lock:
-            self._closed = True
             watch, self.watch = self.watch, None
             if watch is not None and (self._opening is None or self._opened):
                 watch.close()
-        for end in (self._reader, self._writer):
-            if end is not None:
-                end.close()
-        self._reader = self._writer = None
+            for end in (self._reader, self._writer):
+                if end is not None:
+                    end.close()
+            self._reader = self._writer = None
         self._watch_fd = self._poller = None

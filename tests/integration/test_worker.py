@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import socket
+import sys
 import threading
 import time
 
@@ -13,6 +16,7 @@ from alkstore_django.models import DeadJob, Job
 from alkstore_django.worker import Worker
 from alkstore_django.worker.instruments import Instruments
 from alkstore_django.worker.loop import STOP_CHECK_S
+from alkstore_django.worker.serving import JOB_THREAD
 from tests.helpers import db_now, running_worker, runworker, wait_for
 from tests.testapp.models import Run
 
@@ -133,6 +137,49 @@ def test_idle_worker__claims_at_its_poll_interval__not_at_every_stop_check():
         seen = len(claims.times)
         time.sleep(4 * STOP_CHECK_S + 0.1)
         assert len(claims.times) == seen
+
+
+def test_idle_worker__claims_for_a_wake_up_set_just_after_its_round_looked(monkeypatch):
+    """A ``set`` from another thread between the loop's look at the flag and its clear.
+
+    The loop used to clear the flag whatever it had seen, so that set (a
+    watcher's notification) was lost and the job waited for the poll.
+    """
+    claims = ClaimTimes()
+    with running_worker(["t.record"], poll_interval_s=30, instruments=claims) as worker:
+        wait_for(lambda: claims.times)
+        time.sleep(0.2)  # idle, past the rechecks just after it starts to wait
+        seen = len(claims.times)
+        wake, armed = worker.wake, threading.Event()
+        look = wake.is_set
+
+        def racing_look() -> bool:
+            flag = look()
+            if armed.is_set() and sys._getframe(1).f_code.co_name == "run":
+                armed.clear()
+                setter = threading.Thread(target=wake.set)
+                setter.start()
+                setter.join()
+            return flag
+
+        monkeypatch.setattr(wake, "is_set", racing_look)
+        armed.set()
+        assert wait_for(lambda: not armed.is_set(), timeout=2)
+        assert wait_for(lambda: len(claims.times) > seen, timeout=4 * STOP_CHECK_S)
+
+
+def test_worker__whose_wake_up_cannot_open__stops_its_job_threads_and_says_why(monkeypatch):
+    def no_more_files():
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    def job_threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name.startswith(JOB_THREAD)}
+
+    before = job_threads()
+    monkeypatch.setattr(socket, "socketpair", no_more_files)
+    with pytest.raises(OSError, match="Too many open files"):
+        Worker(["t.record"], poll_interval_s=0.1).run(threading.Event())
+    assert wait_for(lambda: not job_threads() - before, timeout=5)
 
 
 def test_idle_worker__still_polls_every_poll_interval():

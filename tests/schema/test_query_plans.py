@@ -240,6 +240,31 @@ def test_worker_claim__runs_its_generic_plan_from_the_first_cycle_with_a_backlog
     assert mode == ("force_generic_plan" if own_session and not bound_server_side else "auto")
 
 
+@postgres_only("only PostgreSQL's worker sets its session's plan mode (``own_session``)")
+@pytest.mark.skipif(
+    bool(connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")),
+    reason="behind a transaction-mode pooler the worker's session is not set",
+)
+@pytest.mark.django_db(transaction=True)
+def test_worker_session__given_back__has_the_servers_plan_mode_again():
+    # The connection may live on after the worker (Django's pool, the thread's
+    # own next statements): it must not keep forcing generic plans.
+    q = store.queue("target")
+    q.enqueue("x")
+    store.dialect.own_session()
+    try:
+        _, handles, _ = q.ack_and_claim("w", 1, [])
+        assert len(handles) == 1
+    finally:
+        store.dialect.own_session(False)
+    try:
+        with store.dialect.connection.cursor() as cursor:
+            cursor.execute("SHOW plan_cache_mode")
+            assert cursor.fetchone()[0] == "auto"
+    finally:
+        store.dialect.connection.close()
+
+
 def claim_twelve_times_behind_a_backlog():
     fill_pending("backlog", BACKLOG)
     q = store.queue("target")

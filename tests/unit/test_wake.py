@@ -155,6 +155,51 @@ def test_wake__closed_while_its_watch_connects__the_watch_is_closed_once_connect
     assert watch.closed
 
 
+def test_wake__started_again_after_close__reads_its_new_watch():
+    # A worker run again: its wake is closed, then started with a new watch.
+    wake = Wake()
+    first = SocketWatch(wake)
+    wake.start(first)  # type: ignore[arg-type]
+    wake.close()
+    assert first.closed
+    wake.clear()
+    second = SocketWatch(wake)
+    wake.start(second)  # type: ignore[arg-type]
+    try:
+        assert wake.is_set()
+        assert second.missed_times == 1
+        wake.clear()
+        second.sender.send(b"n")
+        assert woken(wake, 5)
+        assert second.heard == 1
+    finally:
+        wake.close()
+    assert second.closed
+
+
+def test_wake__started_again_while_its_old_watch_connects__the_old_one_is_closed():
+    connecting = threading.Event()
+    wake = Wake()
+    old = SocketWatch(wake, connecting)
+    wake.start(old)  # type: ignore[arg-type]
+    wake.close()
+    new = SocketWatch(wake)
+    wake.start(new)  # type: ignore[arg-type]
+    try:
+        connecting.set()
+        deadline = time.monotonic() + 5
+        while not old.closed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert old.closed
+        wake.clear()
+        new.sender.send(b"n")
+        assert woken(wake, 5)
+        assert new.heard == 1
+        assert not new.closed
+    finally:
+        wake.close()
+
+
 def test_wake__before_start_is_a_plain_event():
     wake = Wake()
     assert wake.wait(0.01) is False

@@ -8,6 +8,7 @@ statement would not follow the next transaction to its server connection.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import zlib
@@ -28,6 +29,7 @@ NEVER_AUTO_PREPARE = 2**62
 GENERIC_PLAN = "SET LOCAL plan_cache_mode = force_generic_plan; "
 # The same for a worker's own session (``own_session``).
 SESSION_GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
+RESET_PLANS = "RESET plan_cache_mode"
 
 
 def numbered(sql: str) -> str:
@@ -164,8 +166,16 @@ class PreparedStatements(Dialect):
         too: single-row writes by key, whose generic plan is their custom one.
         """
         self._cursors.own_session = owned
-        if not owned:
-            self._cursors.session = None  # its closed connection, and the last claim's rows
+        if owned:
+            return
+        cursor, self._cursors.session = getattr(self._cursors, "session", None), None
+        if cursor is not None and not cursor.connection.closed:
+            import psycopg
+
+            # The connection may live on (Django's pool, this thread's next
+            # statements): its session's mode goes back to the server's.
+            with contextlib.suppress(psycopg.Error):
+                cursor.execute(RESET_PLANS)
 
     def _fetch_on_own_session(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         import psycopg
