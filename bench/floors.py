@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -324,7 +323,7 @@ def enqueue_statement(queue: str, channel: str = "") -> tuple[str, Callable[[str
 
     PostgreSQL's is the dialect's prepared statement (with ``pg_notify`` on
     ``channel`` when given, else none); SQLite's the dialect's INSERT over
-    ``json_each``, its marks turned to qmarks as Django's cursor turns them;
+    ``json_each``, its marks turned to qmarks as the dialect turns them;
     MariaDB's the dialect's row with ``RETURNING id``. The params come from
     the queue handle's plain stamps.
     """
@@ -343,7 +342,9 @@ def enqueue_statement(queue: str, channel: str = "") -> tuple[str, Callable[[str
         return sql, lambda payload: [queue, payload, *shared, *tail]
     if dialect.vendor == "sqlite":
         sql, shared = dialect._insert_sql(stamps, "value", "")
-        sql = re.sub(r"(?<!%)%s", "?", f"{sql}RETURNING id").replace("%%", "%")
+        from alkstore_django.dialects.sqlite.dialect import qmarks
+
+        sql = qmarks(f"{sql}RETURNING id")
         return sql, lambda payload: [*shared, json.dumps([payload])]
     from alkstore_django.dialects.base import ENQUEUE_COLUMNS
 

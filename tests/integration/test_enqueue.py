@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connections, transaction
+from django.db.transaction import TransactionManagementError
 from django.test import override_settings
 
 from alkstore_django import store
@@ -162,6 +163,19 @@ def test_enqueue__rollback_drops_the_job():
         assert store.get_job(job_id) is not None
         raise RuntimeError("business write failed")
     assert store.get_job(job_id) is None
+    assert live_count("tx") == 0
+
+
+def test_enqueue__in_an_atomic_block_marked_for_rollback__is_refused_as_django_refuses_queries():
+    # An exception out of an inner atomic(savepoint=False) leaves the whole
+    # block to roll back: Django refuses every query until its end, and so
+    # must the enqueues that bypass Django's cursor (prepared, kept).
+    q = store.queue("tx")
+    with transaction.atomic(using=ALKSTORE_DB):
+        with pytest.raises(RuntimeError), transaction.atomic(using=ALKSTORE_DB, savepoint=False):
+            raise RuntimeError("business write failed")
+        with pytest.raises(TransactionManagementError, match="atomic"):
+            q.enqueue({"n": 1})
     assert live_count("tx") == 0
 
 

@@ -82,6 +82,8 @@ class PreparedStatements(Dialect):
 
         wrapper = self.connection
         wrapper.ensure_connection()
+        # As Django's cursor does: inside an atomic block marked for rollback, no query.
+        wrapper.validate_no_broken_transaction()
         raw = wrapper.connection
         prepare = not wrapper.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
         if prepare:
@@ -164,6 +166,7 @@ class PreparedStatements(Dialect):
         ``fetch_generic``'s ``SET LOCAL``. The other statements that thread
         prepares (the enqueue of a workflow's next step) get generic plans
         too: single-row writes by key, whose generic plan is their custom one.
+        ``own_session(False)`` resets the session's mode.
         """
         self._cursors.own_session = owned
         if owned:
