@@ -201,14 +201,19 @@ def test_fenced_acks__find_their_rows_by_primary_key_behind_many_claims_in_fligh
         assert_no_full_scan(text)
 
 
+def unpooled(reason: str) -> pytest.MarkDecorator:
+    """Skip behind a transaction-mode pooler (``DISABLE_SERVER_SIDE_CURSORS``), where ``reason``."""
+    return pytest.mark.skipif(
+        bool(connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")),
+        reason=f"behind a transaction-mode pooler {reason}",
+    )
+
+
 @postgres_only(
     "SQLite plans each statement as it prepares it, and MariaDB/MySQL's client binds "
     "values client-side: neither keeps a plan across calls to re-make"
 )
-@pytest.mark.skipif(
-    bool(connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")),
-    reason="behind a transaction-mode pooler nothing is prepared: each claim is planned afresh",
-)
+@unpooled("nothing is prepared: each claim is planned afresh")
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
     ("own_session", "bound_server_side"),
@@ -241,10 +246,7 @@ def test_worker_claim__runs_its_generic_plan_from_the_first_cycle_with_a_backlog
 
 
 @postgres_only("only PostgreSQL's worker sets its session's plan mode (``own_session``)")
-@pytest.mark.skipif(
-    bool(connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")),
-    reason="behind a transaction-mode pooler the worker's session is not set",
-)
+@unpooled("the worker's session is not set")
 @pytest.mark.django_db(transaction=True)
 def test_worker_session__given_back__has_the_servers_plan_mode_again():
     # The connection may live on after the worker (Django's pool, the thread's
@@ -306,10 +308,7 @@ def test_fenced_acks__look_generations_up_without_a_join_at_any_batch(n):
 
 
 @postgres_only("the named claim statement and psycopg's deallocation are PostgreSQL's")
-@pytest.mark.skipif(
-    bool(connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")),
-    reason="behind a transaction-mode pooler nothing is prepared by name",
-)
+@unpooled("nothing is prepared by name")
 @pytest.mark.django_db(transaction=True)
 def test_worker_claim__is_prepared_again_after_a_rollback_deallocated_it():
     # psycopg runs DEALLOCATE ALL after a rollback on a connection where it

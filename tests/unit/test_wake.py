@@ -6,6 +6,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 from alkstore_django.worker.wake import FIRST_CONNECT_S, Wake
 
 
@@ -56,6 +58,14 @@ def woken(wake: Wake, timeout_s: float) -> bool:
     return True
 
 
+def closed_within(watch: SocketWatch, timeout_s: float) -> bool:
+    """Wait until ``watch`` is closed (by a connecting thread, once it is done)."""
+    deadline = time.monotonic() + timeout_s
+    while not watch.closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return watch.closed
+
+
 def test_wake__set_from_another_thread_ends_a_wait_at_once():
     wake = Wake()
     wake.start()
@@ -88,8 +98,16 @@ def test_wake__a_set_already_cleared_does_not_count_as_a_wake_up():
         wake.close()
 
 
-def test_wake__reads_its_watch_in_its_own_wait_without_a_thread_between():
+@pytest.mark.parametrize("again", [False, True], ids=["first_start", "started_again_after_close"])
+def test_wake__reads_its_watch_in_its_own_wait_without_a_thread_between(again):
     wake = Wake()
+    if again:
+        # A worker run again: its wake is closed, then started with a new watch.
+        first = SocketWatch(wake)
+        wake.start(first)  # type: ignore[arg-type]
+        wake.close()
+        assert first.closed
+        wake.clear()
     watch = SocketWatch(wake)
     wake.start(watch)  # type: ignore[arg-type]
     try:
@@ -112,6 +130,7 @@ def test_wake__reads_its_watch_in_its_own_wait_without_a_thread_between():
         assert watch.heard == 2
     finally:
         wake.close()
+    assert watch.closed
 
 
 def test_wake__a_watch_slow_to_connect_does_not_hold_the_main_thread():
@@ -141,56 +160,30 @@ def test_wake__a_watch_slow_to_connect_does_not_hold_the_main_thread():
     assert watch.closed
 
 
-def test_wake__closed_while_its_watch_connects__the_watch_is_closed_once_connected():
+def closed_while_connecting() -> tuple[Wake, SocketWatch, threading.Event]:
+    """Return a wake closed while its watch hangs in its connect, the watch, and its release."""
     connecting = threading.Event()
     wake = Wake()
     watch = SocketWatch(wake, connecting)
     wake.start(watch)  # type: ignore[arg-type]
     wake.close()
+    return wake, watch, connecting
+
+
+def test_wake__closed_while_its_watch_connects__the_watch_is_closed_once_connected():
+    _, watch, connecting = closed_while_connecting()
     assert not watch.closed  # the connecting thread still has it
     connecting.set()
-    deadline = time.monotonic() + 5
-    while not watch.closed and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert watch.closed
-
-
-def test_wake__started_again_after_close__reads_its_new_watch():
-    # A worker run again: its wake is closed, then started with a new watch.
-    wake = Wake()
-    first = SocketWatch(wake)
-    wake.start(first)  # type: ignore[arg-type]
-    wake.close()
-    assert first.closed
-    wake.clear()
-    second = SocketWatch(wake)
-    wake.start(second)  # type: ignore[arg-type]
-    try:
-        assert wake.is_set()
-        assert second.missed_times == 1
-        wake.clear()
-        second.sender.send(b"n")
-        assert woken(wake, 5)
-        assert second.heard == 1
-    finally:
-        wake.close()
-    assert second.closed
+    assert closed_within(watch, 5)
 
 
 def test_wake__started_again_while_its_old_watch_connects__the_old_one_is_closed():
-    connecting = threading.Event()
-    wake = Wake()
-    old = SocketWatch(wake, connecting)
-    wake.start(old)  # type: ignore[arg-type]
-    wake.close()
+    wake, old, connecting = closed_while_connecting()
     new = SocketWatch(wake)
     wake.start(new)  # type: ignore[arg-type]
     try:
         connecting.set()
-        deadline = time.monotonic() + 5
-        while not old.closed and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert old.closed
+        assert closed_within(old, 5)
         wake.clear()
         new.sender.send(b"n")
         assert woken(wake, 5)
