@@ -386,10 +386,11 @@ class Worker:
             heard,
             self._halt_pair[0].fileno(),
         )
-        self._watcher = threading.Thread(
+        watcher = threading.Thread(
             target=self._watch, args=(watch,), name="alkstore-watch", daemon=True
         )
-        self._watcher.start()
+        watcher.start()
+        self._watcher = watcher  # only once started: _shutdown joins it
 
     def _watch(self, watch: QueueWatch) -> None:
         watch_queues(watch, self._halt)
@@ -413,7 +414,11 @@ class Worker:
                 "database error (attempt %d), retrying in %.1fs", self._db_failures, delay,
                 exc_info=exc,
             )  # fmt: skip
+        # The session's plan mode goes back before the connection is closed or
+        # pooled (Django's pool), and is set again on the next one.
+        self.store.dialect.own_session(False)
         connections[self.store.using].close()
+        self.store.dialect.own_session()
         self._halt.wait(delay)
 
     # --- stopping ---------------------------------------------------------------------------

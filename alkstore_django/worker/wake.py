@@ -64,7 +64,7 @@ class Wake(threading.Event):
     def start(self, watch: QueueWatch | None = None) -> None:
         """Open the socket pair; with ``watch``, read it in this thread's waits once connected.
 
-        A closed wake may be started again (a worker run again).
+        A closed wake may be started again, with a new watch.
         """
         self._opening, self._opened = None, False
         self._retry_at, self._watch_fd = 0.0, None

@@ -155,6 +155,7 @@ def test_idle_worker__claims_for_a_wake_up_set_just_after_its_round_looked(monke
 
         def racing_look() -> bool:
             flag = look()
+            # Only the loop's own look (in Worker.run), not the waits' or set's.
             if armed.is_set() and sys._getframe(1).f_code.co_name == "run":
                 armed.clear()
                 setter = threading.Thread(target=wake.set)

@@ -253,16 +253,22 @@ def test_worker_session__given_back__has_the_servers_plan_mode_again():
     # own next statements): it must not keep forcing generic plans.
     q = store.queue("target")
     q.enqueue("x")
+
+    def mode() -> str:
+        with store.dialect.connection.cursor() as cursor:
+            cursor.execute("SHOW plan_cache_mode")
+            return cursor.fetchone()[0]
+
+    servers = mode()
     store.dialect.own_session()
     try:
         _, handles, _ = q.ack_and_claim("w", 1, [])
         assert len(handles) == 1
+        assert mode() == "force_generic_plan"
     finally:
         store.dialect.own_session(False)
     try:
-        with store.dialect.connection.cursor() as cursor:
-            cursor.execute("SHOW plan_cache_mode")
-            assert cursor.fetchone()[0] == "auto"
+        assert mode() == servers
     finally:
         store.dialect.connection.close()
 

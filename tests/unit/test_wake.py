@@ -102,7 +102,7 @@ def test_wake__a_set_already_cleared_does_not_count_as_a_wake_up():
 def test_wake__reads_its_watch_in_its_own_wait_without_a_thread_between(again):
     wake = Wake()
     if again:
-        # A worker run again: its wake is closed, then started with a new watch.
+        # Closed, then started again with a new watch.
         first = SocketWatch(wake)
         wake.start(first)  # type: ignore[arg-type]
         wake.close()

@@ -172,13 +172,16 @@ class PreparedStatements(Dialect):
         if owned:
             return
         cursor, self._cursors.session = getattr(self._cursors, "session", None), None
-        if cursor is not None and not cursor.connection.closed:
+        # Only on this thread's own connection still: one given back to a pool
+        # may be another thread's by now.
+        if cursor is not None and cursor.connection is self.connection.connection:
             import psycopg
 
             # The connection may live on (Django's pool, this thread's next
             # statements): its session's mode goes back to the server's.
-            with contextlib.suppress(psycopg.Error):
-                cursor.execute(RESET_PLANS)
+            if not cursor.connection.closed:
+                with contextlib.suppress(psycopg.Error):
+                    cursor.execute(RESET_PLANS)
 
     def _fetch_on_own_session(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         import psycopg

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -20,7 +21,6 @@ from typing import Any
 
 from django.core import checks
 from django.db import transaction
-from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
 from django.utils.dateparse import parse_datetime
 
 from ...conf import app_settings
@@ -54,6 +54,8 @@ from .watch import SqliteWatcher
 FORMAT = "'%%Y-%%m-%%d %%H:%%M:%%f'"
 NOW = f"strftime({FORMAT}, 'now')"
 MESSAGE_TAIL = 10_000
+# A ``%s`` mark, not an escaped ``%%s``: the rule Django's SQLite cursor turns them by.
+_MARK = re.compile(r"(?<!%)%s")
 
 
 @functools.lru_cache(maxsize=64)
@@ -63,7 +65,7 @@ def qmarks(sql: str) -> str:
     Once per statement's text, where Django's cursor runs its regular
     expression over the whole text at every call.
     """
-    return FORMAT_QMARK_REGEX.sub("?", sql).replace("%%", "%")
+    return _MARK.sub("?", sql).replace("%%", "%")
 
 
 class SqliteDialect(
@@ -247,10 +249,10 @@ class SqliteDialect(
         wrapper.validate_no_broken_transaction()
         raw = wrapper.connection
         cursor = getattr(self._kept, "cursor", None)
-        if cursor is None or cursor.connection is not raw:
-            # Django's reconnect makes a new connection object.
-            cursor = self._kept.cursor = raw.cursor()
         with wrapper.wrap_database_errors:
+            if cursor is None or cursor.connection is not raw:
+                # Django's reconnect makes a new connection object.
+                cursor = self._kept.cursor = raw.cursor()
             cursor.execute(qmarks(sql), params)
             return cursor.fetchall()
 
