@@ -6,7 +6,9 @@
 child process started by ``child``), ``completer`` (settles what handlers
 return: acks ride the next claim, the rest through ``executor.settle``),
 ``tally`` (counts, log lines, throughput counters), ``controls`` (paused and
-limited queues), ``upkeep`` (the periodic chores, one function each),
+limited queues), ``cadence`` (when the next claim is due), ``wake`` and
+``watcher`` (the main thread's wake-up, and the watch of the queues that
+sets it), ``upkeep`` (the periodic chores, one function each),
 ``sentinel`` (the forked process that settles a dead worker's claims) and
 ``instruments`` (the worker's own metrics). The names are loaded on first
 use, so ``python -m alkstore_django.worker.child`` imports no model before

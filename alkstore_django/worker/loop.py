@@ -30,9 +30,9 @@ from .. import presence
 from ..conf import app_settings
 from ..error_text import describe
 from ..errors import InvalidArgument
-from ..executor import CONNECTION_ERRORS, tidy_connections
+from ..executor import CONNECTION_ERRORS
 from ..handlers import HandlerRegistry, registry
-from ..notify import QueueWatch, watch_queues
+from ..notify import QueueWatch
 from ..queues import Queue
 from ..store import Store, get_store
 from ..validation import validate_worker_id
@@ -51,6 +51,7 @@ from .tally import Tally, WorkerStats
 from .threads import ThreadPool
 from .upkeep import Upkeep
 from .wake import Wake
+from .watcher import WatcherThread
 
 logger = logging.getLogger("alkstore_django.worker")
 
@@ -160,7 +161,7 @@ class Worker:
         self.queues: list[Queue] = []
         self.wake = Wake()
         # SQLite's and MariaDB's watch runs in a thread of its own (``_start_watch``).
-        self._watcher: threading.Thread | None = None
+        self._watcher: WatcherThread | None = None
         # A handler's progress report wakes the loop to write it (``Holdings.renew_due``).
         self.holdings.wake = self.wake
         self._halt = threading.Event()
@@ -367,34 +368,23 @@ class Worker:
         sets the wake-up.
         """
         heard = self.cadence.heard if self.cadence.coalesce_s else None
-        if self.store.dialect.supports_listen_notify:
-            watch = QueueWatch(
-                self.store, self.queues, self.wake, self.controls.changed, self.cancels.heard, heard
+
+        def watch(interrupt_fd: int | None = None) -> QueueWatch:
+            return QueueWatch(
+                self.store,
+                self.queues,
+                self.wake,
+                self.controls.changed,
+                self.cancels.heard,
+                heard,
+                interrupt_fd,
             )
-            self.wake.start(watch)
+
+        if self.store.dialect.supports_listen_notify:
+            self.wake.start(watch())
             return
         self.wake.start()
-        # Written at shutdown, so the watcher's wait ends then rather than at its next
-        # look. A socket pair, not a pipe: every platform's select() takes a socket.
-        self._halt_pair = socket.socketpair()
-        watch = QueueWatch(
-            self.store,
-            self.queues,
-            self.wake,
-            self.controls.changed,
-            self.cancels.heard,
-            heard,
-            self._halt_pair[0].fileno(),
-        )
-        watcher = threading.Thread(
-            target=self._watch, args=(watch,), name="alkstore-watch", daemon=True
-        )
-        watcher.start()
-        self._watcher = watcher  # only once started: _shutdown joins it
-
-    def _watch(self, watch: QueueWatch) -> None:
-        watch_queues(watch, self._halt)
-        tidy_connections(connections.close_all)
+        self._watcher = WatcherThread(watch, self._halt)
 
     # --- outages ---------------------------------------------------------------
 
@@ -432,14 +422,10 @@ class Worker:
             self._settle_last()
             self._halt.set()
             if self._watcher is not None:
-                self._halt_pair[1].send(b"\0")
+                self._watcher.stop()
             self.pool_lanes.close()
             if self._watcher is not None:
                 self._watcher.join(2.0)
-                if not self._watcher.is_alive():
-                    # A watcher still inside a wait keeps the pair: a closed number could be reused.
-                    for end in self._halt_pair:
-                        end.close()
             self.wake.close()
         finally:
             # This thread may live on (a crew's, a test's): its statements are its own
