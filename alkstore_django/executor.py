@@ -49,9 +49,9 @@ from .error_text import (
     unrecorded,
 )
 from .errors import Cancelled, Fail, Snooze, TimeLimitExceeded
-from .handles import snoozed_out
 from .history import record_attempt
 from .models import ResultState, StepState
+from .queues.handles import snoozed_out
 from .records import OutcomeKind, Settled
 from .runs import Run, bind, unbind
 from .signals import job_finished, job_started, send_robust
@@ -59,8 +59,8 @@ from .tracing import end_run, start_run
 from .workflows.progress import finish_step, lock
 
 if TYPE_CHECKING:
-    from .handles import JobHandle
     from .models import Workflow
+    from .queues.handles import JobHandle
     from .records import Job
 
 logger = logging.getLogger("alkstore_django.worker")

@@ -11,8 +11,8 @@ from .conf import ENGINE_DEFAULTS, QueueOptions
 from .error_text import loggable
 from .executor import OutcomeKind, run_handler, settle
 from .handlers import outbox_queue_name, validate_outbox_name
-from .handles import JobHandle
 from .queues import Queue
+from .queues.handles import JobHandle
 from .validation import OnDuplicate, validate_worker_id
 
 if TYPE_CHECKING:

@@ -109,7 +109,7 @@ class Store:
         no retry and no dead letter. A job that finishes first is left as it
         ended. Raises ``InvalidArgument`` for an id that is not a 64-bit integer.
         """
-        from .cancels import cancel_job
+        from .queues.cancels import cancel_job
 
         return cancel_job(self, job_id) is not None
 

@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, reverse
 
-from ..cancels import CancelResult, cancel_job, cancel_jobs
+from ..queues.cancels import CancelResult, cancel_job, cancel_jobs
 from ..store import Store
 from .base import AlkstoreModelAdmin
 from .base import has_perm as _has_perm

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from ..cancels import CancelResult, cancel_jobs
+from ..queues.cancels import CancelResult, cancel_jobs
 from ..store import Store
 from .arguments import add_ids_option
 

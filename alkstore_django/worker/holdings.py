@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..executor import Outcome
-from ..handles import JobHandle
+from ..queues.handles import JobHandle
 from ..runs import PROGRESS_INTERVAL_S, Run
 from .slots import ClaimSlots
 

@@ -45,8 +45,8 @@ from django.db import DatabaseError, connections
 from .. import presence
 from ..error_text import timed_out
 from ..executor import Outcome, OutcomeKind, Settled, settle
-from ..handles import JobHandle
 from ..models import Job, JobState
+from ..queues.handles import JobHandle
 from .holdings import HEARTBEAT_FRACTION
 from .slots import CLAIMED, RETURNED, TIMED_OUT
 

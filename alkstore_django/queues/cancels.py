@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from .dialects.cancels import CANCEL_PAYLOAD_PREFIX, CancelResult
-from .queues import channel_for
-from .validation import validate_int
-from .workflows.progress import cancelling
+from ..dialects.cancels import CANCEL_PAYLOAD_PREFIX, CancelResult
+from ..validation import validate_int
+from ..workflows.progress import cancelling
+from .queue import channel_for
 
 if TYPE_CHECKING:
-    from .store import Store
+    from ..store import Store
 
 __all__ = ["CANCEL_PAYLOAD_PREFIX", "CancelResult", "cancel_job", "cancel_jobs"]
 

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from .errors import DuplicateJob, InvalidArgument
-from .records import UNKEYED, EnqueueStamps, join_tags
-from .signals import job_enqueued
-from .validation import (
+from ..errors import DuplicateJob, InvalidArgument
+from ..records import UNKEYED, EnqueueStamps, join_tags
+from ..signals import job_enqueued
+from ..validation import (
     OnDuplicate,
     validate_concurrency_key,
     validate_duration,
@@ -27,7 +27,7 @@ from .validation import (
 )
 
 if TYPE_CHECKING:
-    from .queues import Queue
+    from .queue import Queue
 
 # The most rows one insert statement writes; past it, several in one transaction.
 MAX_BATCH = 10_000
@@ -102,7 +102,7 @@ def write_marked(
 
 def mark(queue: Queue, ids: list[int], marks: dict[str, Any]) -> None:
     # Columns the plain insert leaves null, so the common enqueue's statement is unchanged.
-    from .models import Job
+    from ..models import Job
 
     Job.objects.using(queue.store.using).filter(id__in=ids).update(**marks)
 

@@ -1,4 +1,4 @@
-"""Queues: enqueue and claim; a claim hands out ``handles.JobHandle``s."""
+"""A named queue: enqueue and claim; a claim hands out ``handles.JobHandle``s."""
 
 from __future__ import annotations
 
@@ -10,15 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from . import tracing
-from .asyncs import async_twin
-from .conf import QueueOptions, app_settings
-from .enqueues import MAX_BATCH, enqueue_marks, enqueue_unique, mark, unique_keys_of, write_marked
-from .errors import InvalidArgument
-from .handles import JobHandle
-from .records import UNKEYED, EnqueueStamps, QueueStats, SweepResult
-from .signals import job_enqueued
-from .validation import (
+from .. import tracing
+from ..asyncs import async_twin
+from ..conf import QueueOptions, app_settings
+from ..errors import InvalidArgument
+from ..records import UNKEYED, EnqueueStamps, QueueStats, SweepResult
+from ..signals import job_enqueued
+from ..validation import (
     OnDuplicate,
     encode_payload,
     validate_duration,
@@ -29,9 +27,11 @@ from .validation import (
     validate_run_at,
     validate_worker_id,
 )
+from .enqueues import MAX_BATCH, enqueue_marks, enqueue_unique, mark, unique_keys_of, write_marked
+from .handles import JobHandle
 
 if TYPE_CHECKING:
-    from .store import Store
+    from ..store import Store
 
 CHANNEL_PREFIX = "alkstore_"
 
@@ -365,7 +365,7 @@ class Queue:
         """
         self.store.check_open()
         validate_int("job id", job_id, minimum=-(2**63), maximum=2**63 - 1)
-        from .workflows.progress import cancelling
+        from ..workflows.progress import cancelling
 
         with cancelling(self.store, [job_id]):
             return self.store.dialect.cancel(self.name, job_id)

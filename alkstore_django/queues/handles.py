@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from .backoff import Backoff, check_backoff, retry_delay_s
-from .error_text import error_text
-from .records import Job
-from .validation import validate_duration
+from ..backoff import Backoff, check_backoff, retry_delay_s
+from ..error_text import error_text
+from ..records import Job
+from ..validation import validate_duration
 
 if TYPE_CHECKING:
-    from .queues import Queue
+    from .queue import Queue
 
 
 def snoozed_out(job: Job) -> str:
