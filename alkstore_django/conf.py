@@ -112,12 +112,28 @@ SETTING_KEYS = frozenset(
 
 
 class AlkstoreSettings:
-    """Read ``settings.ALKSTORE`` key by key, each time it is asked."""
+    """Read ``settings.ALKSTORE`` key by key, each time it is asked.
+
+    The dict itself is looked up once, until ``forget`` (a ``setting_changed``
+    for it: ``override_settings``, pytest-django's ``settings``): an enqueue
+    reads four keys, and each lookup through Django's lazy settings object
+    cost about a microsecond. A key changed in the dict is still read anew.
+    """
+
+    def __init__(self) -> None:
+        self._raw: dict[str, Any] | None = None
 
     @property
     def raw(self) -> dict[str, Any]:
-        value = getattr(settings, "ALKSTORE", None)
-        return value if isinstance(value, dict) else {}
+        raw = self._raw
+        if raw is None:
+            value = getattr(settings, "ALKSTORE", None)
+            raw = self._raw = value if isinstance(value, dict) else {}
+        return raw
+
+    def forget(self) -> None:
+        """Look ``settings.ALKSTORE`` up again at the next read."""
+        self._raw = None
 
     @property
     def database(self) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 from django.core import checks
 from django.core.management import call_command
@@ -11,6 +13,9 @@ from django.test import override_settings
 from alkstore_django import Store, store
 from alkstore_django.errors import StoreClosed
 from tests.helpers import ALKSTORE_DB, ROUTING, dead_count, live_count
+
+# The module, which the package's ``store`` (the default store) hides.
+store_module = importlib.import_module("alkstore_django.store")
 
 # Every alias: the system checks Django runs here ask each SQLite database about JSON.
 pytestmark = pytest.mark.django_db(databases=["default", "shard"])
@@ -70,6 +75,29 @@ def test_store__close_leaves_the_shared_default_store_open():
 def messages(**alkstore):
     with override_settings(ALKSTORE={**ROUTING, **alkstore}):
         return [m for m in checks.run_checks() if m.id and m.id.startswith("alkstore.")]
+
+
+def test_store__keeps_a_queue_handle_until_the_settings_change(settings):
+    mine = Store(using=ALKSTORE_DB)
+    kept, dialect = mine.queue("kept"), mine.dialect
+    assert mine.queue("kept") is kept
+    assert mine.queue("kept", priority=5).options.priority == 5
+    assert mine.queue("kept") is kept
+    settings.ALKSTORE = {**ROUTING, "QUEUES": {"kept": {"priority": 7}}}
+    assert mine.queue("kept").options.priority == 7
+    assert mine.dialect is not dialect
+    assert mine.queue("kept").enqueue({}) > 0
+
+
+def test_store__keeps_a_bounded_number_of_queue_handles(monkeypatch):
+    monkeypatch.setattr(store_module, "MAX_KEPT_QUEUES", 2)
+    mine = Store(using=ALKSTORE_DB)
+    first = mine.queue("a")
+    assert mine.queue("a") is first
+    mine.queue("b")
+    third = mine.queue("c")
+    assert mine.queue("c") is third
+    assert mine.queue("a") is not first
 
 
 def test_checks__pass_for_a_good_configuration():

@@ -242,22 +242,25 @@ class PostgresDialect(
             wake = "waiting"
             params += [stamps.queue, channel]
         sql = _enqueue_sql(single, when, stamps.expires_s is not None, wake)
-        rows = self.fetch_prepared(sql, params, keep_cursor=True)
+        wrapper = self.connection
+        rows = self.fetch_prepared(sql, params, keep_cursor=True, wrapper=wrapper)
         if wake != "always":
-            # Run at once in autocommit; dropped with a transaction rolled back.
             woke = wake == "waiting" and bool(rows[0][1])
-            transaction.on_commit(
-                partial(
-                    self.wakeups.settle,
-                    channel,
-                    sent_at,
-                    wake == "none",
-                    woke,
-                    window_s,
-                    partial(self.wake_if_waiting, stamps.queue, channel),
-                ),
-                using=self.using,
+            settle = (
+                channel,
+                sent_at,
+                wake == "none",
+                woke,
+                window_s,
+                partial(self.wake_if_waiting, stamps.queue, channel),
             )
+            if wrapper.autocommit and not wrapper.in_atomic_block:
+                # Committed with the statement: settled now, as ``on_commit``
+                # would, without its lookups (a tenth of the client's CPU).
+                self.wakeups.settle(*settle)
+            else:
+                # Dropped with a transaction rolled back.
+                wrapper.on_commit(partial(self.wakeups.settle, *settle))
         return [row[0] for row in rows]
 
     def wake_if_waiting(self, queue: str, channel: str) -> None:

@@ -13,9 +13,12 @@ import re
 import threading
 import zlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base import Dialect
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
 
 # psycopg prepares a statement after this many runs: never, for the site's own.
 NEVER_AUTO_PREPARE = 2**62
@@ -57,7 +60,12 @@ class PreparedStatements(Dialect):
         self._cursors = threading.local()
 
     def fetch_prepared(
-        self, sql: str, params: Sequence[Any], *, keep_cursor: bool = False
+        self,
+        sql: str,
+        params: Sequence[Any],
+        *,
+        keep_cursor: bool = False,
+        wrapper: BaseDatabaseWrapper | None = None,
     ) -> list[tuple[Any, ...]]:
         """Run ``sql`` as a server-side prepared statement and return its rows.
 
@@ -75,12 +83,16 @@ class PreparedStatements(Dialect):
         loaders are looked up again). A kept cursor holds its last result until
         the next call, so it is only for statements that return a few small
         rows; a claim's rows carry payloads and get a cursor of their own.
+        ``wrapper`` is the alias's connection when the caller has looked it
+        up already (a lookup is a thread-local read through asgiref's
+        ``Local``: a few µs of an enqueue).
         """
         # Imported here, not at the top: nothing may import psycopg on a SQLite site,
         # where it need not be installed (it is the optional extra "postgres").
         import psycopg
 
-        wrapper = self.connection
+        if wrapper is None:
+            wrapper = self.connection
         wrapper.ensure_connection()
         # As Django's cursor does: inside an atomic block marked for rollback, no query.
         wrapper.validate_no_broken_transaction()
