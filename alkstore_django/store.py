@@ -91,7 +91,8 @@ class Store:
         """
         self.check_open()
         self._keep_current()
-        kept = None if opts else self._queues.get(name)
+        # A name that is no string (unhashable, perhaps) is refused below, by name.
+        kept = self._queues.get(name) if not opts and isinstance(name, str) else None
         if kept is not None:
             return kept
         validate_name("queue", name)

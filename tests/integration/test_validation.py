@@ -34,6 +34,7 @@ def nothing_written():
         (None, InvalidName, "None"),
         (42, InvalidName, "42"),
         (b"bytes", InvalidName, "b'bytes'"),
+        (["a", "list"], InvalidName, "['a', 'list']"),
         ("x" * 201, InvalidName, "201 characters"),
         ("nul\x00", InvalidName, "'nul\\x00'"),
         ("__alkstore", ReservedName, "'__alkstore'"),

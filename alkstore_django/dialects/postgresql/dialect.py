@@ -256,7 +256,7 @@ class PostgresDialect(
             )
             if wrapper.autocommit and not wrapper.in_atomic_block:
                 # Committed with the statement: settled now, as ``on_commit``
-                # would, without its lookups (a tenth of the client's CPU).
+                # would, without its two lookups of the connection (8.5 µs here).
                 self.wakeups.settle(*settle)
             else:
                 # Dropped with a transaction rolled back.
