@@ -64,8 +64,11 @@ class Wake(threading.Event):
     def start(self, watch: QueueWatch | None = None) -> None:
         """Open the socket pair; with ``watch``, read it in this thread's waits once connected.
 
-        A closed wake may be started again, with a new watch.
+        A wake may be started again, with a new watch: one still open is
+        closed first, its socket pair and watch with it.
         """
+        if self._reader is not None:
+            self.close()
         self._opening, self._opened = None, False
         self._retry_at, self._watch_fd = 0.0, None
         self._reader, self._writer = socket.socketpair()

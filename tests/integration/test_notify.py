@@ -102,6 +102,42 @@ def test_listen__receives_a_notify_sent_on_commit():
     listener.close()
 
 
+@needs("supports_listen_notify", "its watcher polls the table, it reads no messages")
+def test_watcher__reads_each_notification_once_and_hears_again_after_its_backend_is_cut():
+    # After its first read the watcher reads libpq's notifications itself,
+    # not through psycopg's notifies() (dialects/postgresql/watch.py).
+    channel = channel_for("wé")
+    watcher = open_watcher(store, [channel])
+
+    def send(payload: str) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [channel, payload])
+
+    def heard(count: int) -> list[tuple[str, str]]:
+        got: list[tuple[str, str]] = []
+        deadline = time.monotonic() + WAIT_S
+        while len(got) < count and time.monotonic() < deadline:
+            got += watcher.receive(0.2)
+        return got
+
+    try:
+        send("first")
+        assert heard(1) == [(channel, "first")]
+        for payload in ("a", "b", "ç ✓"):
+            send(payload)
+        assert heard(3) == [(channel, "a"), (channel, "b"), (channel, "ç ✓")]
+        assert watcher.receive(QUIET_S) == []
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [watcher._conn.info.backend_pid])
+        # The loss is seen; the reconnect reports a wake-up, since what was
+        # sent meanwhile is lost, and the new session hears again.
+        assert heard(1) == [("", "")]
+        send("after")
+        assert heard(1) == [(channel, "after")]
+    finally:
+        watcher.close()
+
+
 def test_listen__does_not_receive_a_rolled_back_notify():
     listener = store.listen(["events"], QUIET_S)
     with pytest.raises(RuntimeError), transaction.atomic(using=ALKSTORE_DB):

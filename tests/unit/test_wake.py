@@ -193,6 +193,24 @@ def test_wake__started_again_while_its_old_watch_connects__the_old_one_is_closed
         wake.close()
 
 
+def test_wake__started_again_without_a_close__its_old_socket_pair_and_watch_are_closed():
+    wake = Wake()
+    old = SocketWatch(wake)
+    wake.start(old)  # type: ignore[arg-type]
+    old_ends = (wake._reader, wake._writer)
+    new = SocketWatch(wake)
+    wake.start(new)  # type: ignore[arg-type]
+    try:
+        assert [end.fileno() for end in old_ends] == [-1, -1]
+        assert old.closed
+        wake.clear()  # set by the new watch's connect
+        new.sender.send(b"n")
+        assert woken(wake, 5)
+        assert new.heard == 1
+    finally:
+        wake.close()
+
+
 def test_wake__before_start_is_a_plain_event():
     wake = Wake()
     assert wake.wait(0.01) is False

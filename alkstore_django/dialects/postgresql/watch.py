@@ -27,6 +27,10 @@ class PostgresWatcher(Watcher):
         self.channels = channels
         self._conn: Any = None
         self.reconnects = 0
+        # The connection's text encoding, and whether psycopg may hold
+        # notifications of its own (``_pending``): both set by ``_connect``.
+        self._encoding = "utf-8"
+        self._backlog = False
         # LISTEN at once: a notification sent between opening the watcher and
         # the first receive() must not be lost. A failure here is retried there.
         import psycopg  # here, not at the top: a SQLite site need not have it
@@ -44,6 +48,8 @@ class PostgresWatcher(Watcher):
         conn.autocommit = True
         for channel in self.channels:
             conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))
+        self._encoding = conn.info.encoding
+        self._backlog = True
         return conn
 
     def receive(self, timeout_s: float) -> list[tuple[str, str]]:
@@ -95,9 +101,27 @@ class PostgresWatcher(Watcher):
         return bool(messages), [payload for _, payload in messages]
 
     def _pending(self) -> list[tuple[str, str]]:
-        return [
-            (note.channel, note.payload) for note in self._conn.notifies(timeout=0, stop_after=1000)
-        ]
+        """Read what already arrived, without waiting.
+
+        Notifications that came in while a ``LISTEN`` ran wait in psycopg's
+        backlog: the first read after a connect goes through ``notifies()``,
+        which hands them over. After that nothing but this method reads the
+        connection, so it asks libpq directly: ``notifies(timeout=0)`` goes
+        through psycopg's generic wait even when something is there, three
+        times the CPU (about 55 against 18 µs here), on every pickup's path.
+        A connection that failed raises ``OperationalError`` from
+        ``consume_input``, as from the wait.
+        """
+        conn = self._conn
+        if self._backlog:
+            self._backlog = False
+            return [(n.channel, n.payload) for n in conn.notifies(timeout=0, stop_after=1000)]
+        pgconn, encoding = conn.pgconn, self._encoding
+        pgconn.consume_input()
+        found = []
+        while (note := pgconn.notifies()) is not None:
+            found.append((note.relname.decode(encoding), note.extra.decode(encoding)))
+        return found
 
     def _drop(self) -> None:
         if self._conn is not None:
