@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import django
 import pytest
@@ -327,17 +328,47 @@ def wait_for(predicate: Callable[[], object], timeout: float = 20.0, interval: f
     return predicate()
 
 
+class WorkerProcess(subprocess.Popen):
+    """A running ``runworker`` whose output is read as it comes, by a thread of its own.
+
+    Nothing else reads its pipe until ``communicate``: a worker that logged
+    past the pipe's 64 KB (about a thousand job lines) would block on its
+    next line, holding its claims, until the test gave up on it.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        with self.stdout:  # type: ignore[union-attr]
+            for line in self.stdout:  # type: ignore[union-attr]
+                self._lines.append(line)
+
+    def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[str, None]:  # noqa: A002
+        """Wait for the exit and the end of the output (a sentinel may hold it open a little)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.wait(timeout)
+        self._reader.join(None if deadline is None else max(deadline - time.monotonic(), 0))
+        if self._reader.is_alive():
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return "".join(self._lines), None
+
+
 def runworker(env, *args, wait=True, timeout=90, new_session=False):
     """Run ``manage.py runworker *args`` on the test database as a real subprocess.
 
     With ``wait`` return (exit code, output text); otherwise the running
-    ``Popen`` (output on a pipe). ``new_session`` makes it a process group
-    leader, so a test can signal the worker and its sentinel together.
+    ``WorkerProcess`` (its output read as it comes, returned by
+    ``communicate``). ``new_session`` makes it a process group leader, so a
+    test can signal the worker and its sentinel together.
     """
     # The environment's settings module: a ``settings_variant`` names its own.
     settings_module = env.get("DJANGO_SETTINGS_MODULE", "tests.settings")
     cmd = [sys.executable, "-m", "django", "runworker", "--settings", settings_module, *args]
-    proc = subprocess.Popen(
+    proc = (subprocess.Popen if wait else WorkerProcess)(
         cmd,
         env=env,
         stdout=subprocess.PIPE,

@@ -34,6 +34,21 @@ def test_runworker__three_processes_drain_2000_jobs_each_exactly_once(subprocess
     assert sum(1 for out in outs if "outcome=acked" in out) >= 2
 
 
+def test_runworker_helper__a_worker_logging_past_its_pipe_is_not_blocked_by_it(subprocess_env):
+    # 2,000 job lines are about 190 KB, three times a pipe's 64 KB: unread,
+    # the worker blocked on a log line, holding its claims (a concurrency
+    # test on MariaDB timed out so when one worker took nearly every job).
+    store.queue("t.record").enqueue_many(list(range(2000)))
+    proc = runworker(subprocess_env, "--queue", "t.record", "--burst", wait=False)
+    try:
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+    out, _ = proc.communicate(timeout=10)
+    assert out.count("outcome=acked") == 2000
+    assert not Job.objects.exists()
+
+
 def test_runworker__retries_a_raising_handler_then_dead_letters_it(subprocess_env):
     job_id = store.queue("t.raise", max_attempts=2, retry_base_s=0).enqueue("p")
     for _ in range(2):
