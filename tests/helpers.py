@@ -347,7 +347,7 @@ class WorkerProcess(subprocess.Popen):
             for line in self.stdout:  # type: ignore[union-attr]
                 self._lines.append(line)
 
-    def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[str, None]:  # noqa: A002
+    def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[str, None]:
         """Wait for the exit and the end of the output (a sentinel may hold it open a little)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         self.wait(timeout)
