@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
 from django.db import InterfaceError, OperationalError, close_old_connections
+from django.db.backends.signals import connection_created
 
 from . import results
 from .backoff import handler_backoff, queue_backoff_path, retry_delay_s
@@ -92,6 +93,20 @@ CONNECTION_ERRORS = (OperationalError, InterfaceError)
 # while the thread was idle).
 TIDY_FRESH_S = 1.0
 _tidied = threading.local()
+
+
+def _connection_made(sender: Any, **kwargs: Any) -> None:
+    """Note that this thread has made a connection: from now on its tidies have work.
+
+    A thread that has made none (a handler that sends a mail, calls an API)
+    has none to close, and Django's look for them costs more than a no-op
+    job's handler call. Every connection Django makes sends this signal, in
+    the thread that makes it.
+    """
+    _tidied.made = True
+
+
+connection_created.connect(_connection_made, dispatch_uid="alkstore_django.executor")
 # The hot path's kind, bound once: a member read through its enum class costs
 # twice a plain global read, on every job.
 ACK = OutcomeKind.ACK
@@ -279,15 +294,18 @@ def run_job(func: Callable[[Any], Any], job: Job, run: Run | None = None) -> Out
 
     The tidy before a job is skipped when this thread tidied after its
     previous job less than ``TIDY_FRESH_S`` ago: nothing used a connection
-    since, and a tidy costs more than a no-op job's handler call.
+    since, and a tidy costs more than a no-op job's handler call. Both are
+    skipped while the thread has never made a connection (``_connection_made``).
     """
-    if time.monotonic() - getattr(_tidied, "at", float("-inf")) >= TIDY_FRESH_S:
+    made = getattr(_tidied, "made", False)
+    if made and time.monotonic() - getattr(_tidied, "at", float("-inf")) >= TIDY_FRESH_S:
         tidy_connections(close_old_connections)
     send_robust(job_started, job.queue, job=job)
     try:
         return run_handler(func, job, job, run)
     finally:
-        tidy_connections(close_old_connections)
+        if getattr(_tidied, "made", False):
+            tidy_connections(close_old_connections)
         _tidied.at = time.monotonic()
 
 

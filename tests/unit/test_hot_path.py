@@ -115,6 +115,35 @@ def test_run_job__tidies_connections_first_only_after_an_idle_spell(idle_s, tidi
     assert seen == {"open": not tidied, "outcome": "ack"}
 
 
+@pytest.mark.django_db(transaction=True)
+def test_run_job__tidies_connections_once_its_thread_has_made_one(monkeypatch):
+    # A thread that never made a connection has none to close: its jobs skip
+    # the tidies; once one of its handlers connects, every job is tidied after.
+    tidies = []
+    close = executor.close_old_connections
+    monkeypatch.setattr(executor, "close_old_connections", lambda: tidies.append(1) or close())
+    seen = {}
+
+    def queries(job):
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT 1")
+
+    def thread():
+        job = store.dialect.job_from_row([None] * 2 + ["null"] + [None] * (len(JOB_COLUMNS) - 3))
+        executor._tidied.at = time.monotonic() - executor.TIDY_FRESH_S  # idle: due before too
+        seen["outcomes"] = [executor.run_job(lambda job: None, job).kind]
+        seen["without a connection"] = len(tidies)
+        seen["outcomes"].append(executor.run_job(queries, job).kind)
+        seen["outcomes"].append(executor.run_job(lambda job: None, job).kind)
+        seen["after one"] = len(tidies)
+        connections.close_all()
+
+    worker = threading.Thread(target=thread)
+    worker.start()
+    worker.join()
+    assert seen == {"outcomes": ["ack"] * 3, "without a connection": 0, "after one": 2}
+
+
 @pytest.mark.parametrize(
     ("result", "error", "level", "tail"),
     [
