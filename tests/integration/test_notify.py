@@ -21,7 +21,7 @@ from alkstore_django import notify, store
 from alkstore_django.models import Job
 from alkstore_django.notify import HALT_CHECK_S, QueueWatch, open_watcher, watch_queues
 from alkstore_django.queues import channel_for
-from tests.helpers import ALKSTORE_DB, mysql_only, needs, waiting_worker
+from tests.helpers import ALKSTORE_DB, alkstore_connection, mysql_only, needs, waiting_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -110,7 +110,8 @@ def test_watcher__reads_each_notification_once_and_hears_again_after_its_backend
     watcher = open_watcher(store, [channel])
 
     def send(payload: str) -> None:
-        with connection.cursor() as cursor:
+        # On alkstore's database: a notification reaches listeners of its own database only.
+        with alkstore_connection().cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [channel, payload])
 
     def heard(count: int) -> list[tuple[str, str]]:
@@ -127,7 +128,7 @@ def test_watcher__reads_each_notification_once_and_hears_again_after_its_backend
             send(payload)
         assert heard(3) == [(channel, "a"), (channel, "b"), (channel, "ç ✓")]
         assert watcher.receive(QUIET_S) == []
-        with connection.cursor() as cursor:
+        with alkstore_connection().cursor() as cursor:
             cursor.execute("SELECT pg_terminate_backend(%s)", [watcher._conn.info.backend_pid])
         # The loss is seen; the reconnect reports a wake-up, since what was
         # sent meanwhile is lost, and the new session hears again.
