@@ -18,7 +18,6 @@ them), so a literal percent sign is written ``%%``.
 
 from __future__ import annotations
 
-import json
 import select
 import time
 from abc import ABC, abstractmethod
@@ -30,6 +29,7 @@ from typing import Any, ClassVar, TypeVar
 from django.core import checks
 from django.db import connections, transaction
 
+from ..codecs import load_json
 from ..conf import app_settings
 from ..models import (
     Attempt,
@@ -96,8 +96,6 @@ JOB_COLUMNS = (
 )
 JOB_SELECT = ", ".join(JOB_COLUMNS)
 _new_record = object.__new__
-# ``json.loads``'s own decoder settings (none): ``Dialect.load_json``.
-_raw_decode = json.JSONDecoder().raw_decode
 # A record's keys for a row of JOB_COLUMNS: the payload column's text is kept as
 # ``stored_payload`` (what a process-pool child decodes itself), beside the payload.
 _RECORD_KEYS = tuple("stored_payload" if name == "payload" else name for name in JOB_COLUMNS)
@@ -446,24 +444,6 @@ class Dialect(BatchedDeletes, ABC):
     def adapt_datetime(self, value: datetime) -> Any:
         return self.connection.ops.adapt_datetimefield_value(value)
 
-    @staticmethod
-    def load_json(value: Any) -> Any:
-        """Decode a JSON column read as text; a driver that decoded it already passes it through.
-
-        Every claimed job's payload comes through here. ``raw_decode`` is
-        ``json.loads`` without its two whitespace scans and calls around
-        them (a microsecond of a payload's one to two); whatever it does not
-        read to the end (surrounding whitespace, an error) goes to
-        ``json.loads``, which reads it or raises as before.
-        """
-        if isinstance(value, str):
-            try:
-                decoded, end = _raw_decode(value)
-            except ValueError:
-                return json.loads(value)
-            return decoded if end == len(value) else json.loads(value)
-        return json.loads(value) if isinstance(value, bytes) else value
-
     def job_from_row(self, row: Sequence[Any], codec: Any = None) -> JobRecord:
         """Build a job from its row (``JOB_COLUMNS``); a claim passes the payload ``codec`` once.
 
@@ -478,7 +458,7 @@ class Dialect(BatchedDeletes, ABC):
         job = _new_record(JobRecord)
         values = job.__dict__
         values.update(zip(_RECORD_KEYS, row, strict=True))
-        values["payload"] = (codec or app_settings.payload_codec).decode(self.load_json(row[2]))
+        values["payload"] = (codec or app_settings.payload_codec).decode(load_json(row[2]))
         for name in ("run_at", "expires_at", "claim_expires_at", "enqueued_at"):
             values[name] = dt(values[name])
         values["died_at"] = None

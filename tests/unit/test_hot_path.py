@@ -20,7 +20,8 @@ import pytest
 from django.db import connections
 
 from alkstore_django import executor, store
-from alkstore_django.dialects.base import JOB_COLUMNS, Dialect
+from alkstore_django.codecs import load_json
+from alkstore_django.dialects.base import JOB_COLUMNS
 from alkstore_django.executor import Settled
 from alkstore_django.management.service import (
     LOG_FORMAT,
@@ -60,8 +61,8 @@ def test_job_from_row__builds_the_record_its_constructor_builds():
     ["null", '{"i": 1}', '[1, "ç ✓", {"a": null}]', ' {"i": 1}', '{"i": 1} ', "\n3\t", "1e400"],
 )
 def test_load_json__decodes_what_json_loads_decodes(text):
-    assert Dialect.load_json(text) == json.loads(text)
-    assert Dialect.load_json(text.encode()) == json.loads(text)
+    assert load_json(text) == json.loads(text)
+    assert load_json(text.encode()) == json.loads(text)
 
 
 @pytest.mark.parametrize("text", ["", " ", '{"i": 1} x', '{"i": 1}{}', "nul", "[1,"])
@@ -69,13 +70,13 @@ def test_load_json__refuses_what_json_loads_refuses(text):
     with pytest.raises(json.JSONDecodeError) as refused:
         json.loads(text)
     with pytest.raises(json.JSONDecodeError) as ours:
-        Dialect.load_json(text)
+        load_json(text)
     assert (ours.value.msg, ours.value.pos) == (refused.value.msg, refused.value.pos)
 
 
 def test_load_json__passes_a_decoded_value_through():
     decoded = {"i": [1]}
-    assert Dialect.load_json(decoded) is decoded
+    assert load_json(decoded) is decoded
 
 
 @pytest.mark.parametrize("fmt", [LOG_FORMAT, VERBOSE_LOG_FORMAT])
