@@ -16,6 +16,8 @@ from bench.floors import BATCH_ONE_JOBS, MODES, PRODUCER_COUNTS
 FLOOR = "raw floor"
 ALKSTORE = "alkstore"
 RATIO = "alkstore/floor"
+# The pickup floor whose claimed job is started by a second thread (``bench.floors``).
+HANDOFF = "raw floor with a thread hand-off"
 # The variants of a drain's figures: to the last ack (exits left out), its CPU.
 TO_ACK = ", to the last ack"
 CPU = ", CPU per job from the first job"
@@ -101,10 +103,16 @@ def floor_specs(engine: str, names: Names) -> dict[str, Spec]:
     specs[f"{names.enqueue()}, its statement"] = (FLOOR, (floor, "enqueue", n), "rate", "jobs/s")
     if engine != "postgresql":
         return specs
-    for system, command in ((ALKSTORE, (ours, "latency")), (FLOOR, (floor, "listen"))):
+    pickups = (
+        (ALKSTORE, ALKSTORE, "latency"),
+        (FLOOR, FLOOR, "listen"),
+        (HANDOFF, FLOOR, "listen-handoff"),
+    )
+    for label, system, command in pickups:
+        module = ours if system == ALKSTORE else floor
         for p in ("p50", "p99"):
-            latency = (*command, str(names.latency))
-            specs[f"{names.pickup(p)}, {system}"] = (system, latency, f"{p}_ms", "ms")
+            latency = (module, command, str(names.latency))
+            specs[f"{names.pickup(p)}, {label}"] = (system, latency, f"{p}_ms", "ms")
     for k in PRODUCER_COUNTS:
         for mode in MODES:
             system = FLOOR if mode == "floor" else ALKSTORE
@@ -151,6 +159,11 @@ def floor_derived(values: dict[str, list[float]], engine: str, names: Names) -> 
     for p, target in (("p50", "<= 1.3"), ("p99", "")):
         ratio(f"pickup latency {p}, alkstore / floor", RATIO, f"{names.pickup(p)}, {ALKSTORE}",
               f"{names.pickup(p)}, {FLOOR}", target, "lower is better")  # fmt: skip
+    # What the one hop to a handler thread costs on this machine, and alkstore beside it.
+    ratio(f"pickup latency p50, {HANDOFF} / floor", FLOOR, f"{names.pickup('p50')}, {HANDOFF}",
+          f"{names.pickup('p50')}, {FLOOR}", note="lower is better")  # fmt: skip
+    ratio(f"pickup latency p50, alkstore / {HANDOFF}", RATIO, f"{names.pickup('p50')}, {ALKSTORE}",
+          f"{names.pickup('p50')}, {HANDOFF}", note="lower is better")  # fmt: skip
     for k in PRODUCER_COUNTS:
         floor, who = names.producing(k, "floor"), plural(k, "producer")
         ratio(f"{who}, alkstore / floor", RATIO, names.producing(k, "alkstore"), floor,

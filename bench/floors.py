@@ -3,6 +3,7 @@
     python -m bench.floors claim N PROCS BATCH   # the fused claim+ack floor
     python -m bench.floors enqueue N             # alkstore's one-row enqueue statement, raw
     python -m bench.floors listen N              # PostgreSQL: the LISTEN pickup floor
+    python -m bench.floors listen-handoff N      # the same, each job started by another thread
     python -m bench.floors producers N K MODE    # PostgreSQL: K producers enqueueing at once
                                                  # (MODE alkstore, alkstore-waiting,
                                                  # alkstore-eager or floor)
@@ -24,8 +25,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+from queue import SimpleQueue
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -246,24 +249,38 @@ def claim_worker(batch: str) -> dict:
     return {"done": done, "retries": claim.retries}
 
 
-def listener() -> None:
+def listener(handoff: str = "") -> None:
     """The pickup floor's worker (PostgreSQL): LISTEN, then claim on the same connection.
 
     After each notification it runs the fused claim (batch 1) until it claims
     nothing (the last, empty, cycle acks), stamping each job's ``i`` once its
     row is back. Notifications that arrive during a claim wait in psycopg's
     backlog for the next ``notifies()``. Runs until SIGTERM.
+
+    With ``handoff`` each claimed job is stamped by a second thread, woken
+    through a ``SimpleQueue``: the one hop that a worker running its handlers
+    beside its listener cannot leave out, and nothing else of alkstore's.
     """
     conn = connect()
     conn.execute(f"LISTEN {CHANNEL}")
     claim = Claim(conn, 1, LATENCY_QUEUE)
+    start: Callable[[int], None] = common.mark_job
+    if handoff:
+        started: SimpleQueue[int] = SimpleQueue()
+
+        def starter() -> None:
+            while True:
+                common.mark_job(started.get())
+
+        threading.Thread(target=starter, daemon=True).start()
+        start = started.put
     held: list[int] = []
     while True:
         for _ in conn.notifies(stop_after=1):
             pass
         while rows := claim(held):
             for row in rows:
-                common.mark_job(row[claim.columns.index("payload")]["i"])
+                start(row[claim.columns.index("payload")]["i"])
             held = [row[claim.columns.index("id")] for row in rows]
         held = []
 
@@ -406,8 +423,10 @@ def cmd_enqueue(n: str) -> dict:
     return result
 
 
-def cmd_listen(n: str) -> dict:
+def cmd_listen(n: str, handoff: str = "") -> dict:
     """The LISTEN pickup floor (PostgreSQL): ``common.latency``, as the peers are timed.
+
+    ``handoff``: the listener starts each job in a second thread (``listener``).
 
     The producer is this process: alkstore's one-row statement with
     ``pg_notify`` in it, prepared, in autocommit, on a raw connection; the
@@ -418,7 +437,7 @@ def cmd_listen(n: str) -> dict:
     prepare()
     conn, one = raw_enqueuer(LATENCY_QUEUE, CHANNEL)
     connections.close_all()
-    worker = [sys.executable, "-m", "bench.floors", "listener"]
+    worker = [sys.executable, "-m", "bench.floors", "listener", *([handoff] if handoff else [])]
     try:
         return common.latency(worker, one, int(n))
     finally:
@@ -498,6 +517,7 @@ if __name__ == "__main__":
             "claim": cmd_claim,
             "enqueue": cmd_enqueue,
             "listen": cmd_listen,
+            "listen-handoff": lambda n: cmd_listen(n, "handoff"),
             "producers": cmd_producers,
             "claim-worker": claim_worker,
             "listener": listener,  # type: ignore[dict-item]
