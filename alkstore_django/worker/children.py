@@ -42,6 +42,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+from ..codecs import load_json
 from ..conf import app_settings
 from ..error_text import describe, timed_out, unrecorded
 from ..errors import PayloadError
@@ -91,10 +92,8 @@ def job_from_wire(wire: dict[str, Any]) -> Job:
     for name in _DATETIME_FIELDS:
         if wire.get(name) is not None:
             wire[name] = datetime.fromisoformat(wire[name])
-    stored = wire["payload"]
     # As a claim reads the column: JSON text, or what a driver already parsed.
-    value = json.loads(stored) if isinstance(stored, str) else stored
-    wire["payload"] = app_settings.payload_codec.decode(value)
+    wire["payload"] = app_settings.payload_codec.decode(load_json(wire["payload"]))
     wire["tags"] = tuple(wire["tags"])
     return Job(**wire)
 
