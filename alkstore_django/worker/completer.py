@@ -36,6 +36,7 @@ from ..executor import (
 )
 from ..history import forget_acked
 from ..results import encode_result, keep_acked
+from ..signals import job_finished
 from .cancels import cancelled_outcome, past_grace
 from .holdings import Done, Held, Holdings
 from .slots import TIMED_OUT
@@ -230,16 +231,28 @@ class Completer:
 
     def report_acks(self, acks: list[Done], acked: set[int]) -> None:
         """Log committed acks (only once they are durable) and free their slots."""
-        forget, record = self.holdings.forget, self.tally.record
-        with self.tally.batched():
+        forget, tally = self.holdings.forget, self.tally
+        settled: list[tuple[Job, Outcome]] = []
+        unlogged = 0  # the last acks of ``settled``, not counted and logged yet
+        with tally.batched():
             for done in acks:
                 handle = done.held.handle
                 handle.mark_spent()
                 forget(done.held)
-                result = ACKED if handle.job.id in acked else LOST
-                record(handle.job, done.outcome, result)
-                finished(handle.job, done.outcome, result)
-        self.forget_history(d.held.handle.job for d in acks if d.held.handle.job.id in acked)
+                if handle.job.id in acked:
+                    settled.append((handle.job, done.outcome))
+                    unlogged += 1
+                    continue
+                # A lost claim's line keeps its place: the acks before it go first.
+                tally.record_acked(settled[len(settled) - unlogged :])
+                unlogged = 0
+                tally.record(handle.job, done.outcome, LOST)
+            tally.record_acked(settled[len(settled) - unlogged :])
+        if job_finished.receivers:
+            for done in acks:
+                job = done.held.handle.job
+                finished(job, done.outcome, ACKED if job.id in acked else LOST)
+        self.forget_history(job for job, _ in settled)
 
     # --- retention: the attempt history of acked jobs (docs/scale.md) -----------------
 

@@ -45,6 +45,20 @@ class WorkerStats:
 
 
 _LINE_FORMAT = "job id=%s queue=%s outcome=%s attempts=%s duration_ms=%.1f%s"
+ACKED = Settled.ACKED
+_ACKED = ACKED.value
+
+
+def _line_args(job: Job, name: str, outcome: Outcome) -> tuple[Any, ...]:
+    """Return the arguments of ``_LINE_FORMAT`` for ``job`` settled as ``name``."""
+    return (
+        job.id,
+        job.queue,
+        name,
+        job.attempts,
+        outcome.duration_ms,
+        f" error={loggable(outcome.error)!r}" if outcome.error else "",
+    )
 
 
 class Tally:
@@ -71,14 +85,7 @@ class Tally:
         level = logging.INFO if name in _QUIET else logging.WARNING
         if not logger.isEnabledFor(level):
             return
-        args = (
-            job.id,
-            job.queue,
-            name,
-            job.attempts,
-            outcome.duration_ms,
-            f" error={loggable(outcome.error)!r}" if outcome.error else "",
-        )
+        args = _line_args(job, name, outcome)
         lines = self._lines
         if lines is not None:
             if level == logging.INFO:
@@ -93,6 +100,24 @@ class Tally:
                 logger.name, level, __file__, _LINE, _LINE_FORMAT, args, None, "record"
             )
         )
+
+    def record_acked(self, settled: list[tuple[Job, Outcome]]) -> None:
+        """Count and log committed acks, as ``record`` would one by one, inside ``batched``.
+
+        The per-job work that does not depend on the job is done once for
+        the batch: with no metrics to feed and the lines going to the batch
+        sink, each job is left its counter and its line.
+        """
+        lines = self._lines
+        if lines is None or self.instruments.enabled:
+            for job, outcome in settled:
+                self.record(job, outcome, ACKED)
+            return
+        self.stats.acked += len(settled)
+        counts = self._counts
+        for job, outcome in settled:
+            counts[(job.queue, _ACKED)] += 1
+            lines.append(_LINE_FORMAT % _line_args(job, _ACKED, outcome))
 
     @contextlib.contextmanager
     def batched(self) -> Iterator[None]:

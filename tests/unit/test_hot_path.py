@@ -333,3 +333,92 @@ def test_batched_lines__leave_a_site_handler_or_filter_a_record_per_job(alone, w
         remove(what)
     assert [r.getMessage().split()[1] for r in seen] == [f"id={n}" for n in range(4)]
     assert commands_handler.stream.writes == 4
+
+
+def _acked(job_id: int) -> tuple[Job, executor.Outcome]:
+    outcome = executor.Outcome(executor.OutcomeKind.ACK)
+    outcome.duration_ms = 0.5
+    return _job(job_id), outcome
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_record_acked__counts_and_logs_what_record_does(alone, batched):
+    # A claim's committed acks are counted and logged together: the same
+    # lines, counts and throughput counters as ``record`` gives each.
+    handler = alone()
+    handler.setFormatter(_Formatter(LOG_FORMAT))
+    one_at_a_time = Tally("default")
+    for job, outcome in map(_acked, range(5)):
+        one_at_a_time.record(job, outcome, Settled.ACKED)
+    one_by_one = handler.stream.getvalue()
+    handler.stream.seek(0)
+    handler.stream.truncate()
+    together = Tally("default")
+    if batched:
+        with together.batched():
+            together.record_acked([_acked(n) for n in range(5)])
+    else:
+        together.record_acked([_acked(n) for n in range(5)])
+    assert _messages(handler.stream.getvalue()) == _messages(one_by_one)
+    assert len(_messages(one_by_one)) == 5
+    assert together.stats == one_at_a_time.stats
+    assert together._counts == one_at_a_time._counts == {("q.log", "acked"): 5}
+
+
+def test_record_acked__feeds_the_workers_metrics(alone):
+    from prometheus_client import CollectorRegistry
+
+    from alkstore_django.worker.instruments import Instruments
+
+    alone()
+    registry = CollectorRegistry()
+    together = Tally("default", Instruments(registry))
+    with together.batched():
+        together.record_acked([_acked(n) for n in range(3)])
+    labels = {"queue": "q.log", "outcome": "acked"}
+    assert registry.get_sample_value("alkstore_worker_jobs_total", labels) == 3
+    assert together.stats.acked == 3
+
+
+def test_report_acks__keeps_a_lost_claims_line_in_its_place_and_finishes_each(alone):
+    # One committed claim acked jobs 1 and 3; job 2's claim was gone. The
+    # lines keep the batch's order, and every job is announced with its result.
+    from alkstore_django.queues.handles import JobHandle
+    from alkstore_django.signals import job_finished
+    from alkstore_django.worker.completer import Completer
+    from alkstore_django.worker.controls import Controls
+    from alkstore_django.worker.holdings import Done, Holdings
+
+    handler = alone()
+    handler.setFormatter(_Formatter(LOG_FORMAT))
+    holdings, tally_ = Holdings(4), Tally("default")
+    completer = Completer("w", store, holdings, tally_, Controls(["q.log"], 1.0), 4)
+    queue = store.queue("q.log")
+    now = time.monotonic()
+    done = []
+    for job_id in (1, 2, 3):
+        job, outcome = _acked(job_id)
+        job = replace(job, visibility_timeout_s=30.0, generation=1)
+        done.append(Done(holdings.add(JobHandle(queue, job), None, now), outcome))
+    finished: list[tuple[int, Settled]] = []
+
+    def receiver(sender, job, outcome, result, **kwargs):
+        finished.append((job.id, result))
+
+    job_finished.connect(receiver)
+    try:
+        completer.report_acks(done, {1, 3})
+    finally:
+        job_finished.disconnect(receiver)
+    lines = handler.stream.getvalue().splitlines()
+    assert [line.split()[2:6] for line in lines] == [
+        ["INFO", "job", "id=1", "queue=q.log"],
+        ["WARNING", "job", "id=2", "queue=q.log"],
+        ["INFO", "job", "id=3", "queue=q.log"],
+    ]
+    assert "outcome=lost" in lines[1]
+    assert handler.stream.writes == 3  # the acks around the warning, then the warning's own
+    assert finished == [(1, Settled.ACKED), (2, Settled.LOST), (3, Settled.ACKED)]
+    assert (tally_.stats.acked, tally_.stats.lost) == (2, 1)
+    assert len(holdings) == 0
+    assert all(d.held.handle.spent for d in done)
