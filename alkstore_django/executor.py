@@ -92,7 +92,21 @@ CONNECTION_ERRORS = (OperationalError, InterfaceError)
 # when the last tidy is older than this (a connection may have aged or broken
 # while the thread was idle).
 TIDY_FRESH_S = 1.0
-_tidied = threading.local()
+
+
+class _Tidied(threading.local):
+    """Per thread: whether it has made a connection, and when it last tidied (monotonic).
+
+    Class defaults, not ``getattr(local, name, default)``: a name a thread
+    has not set would raise and catch an ``AttributeError`` inside
+    ``getattr`` twice a job, a microsecond of a no-op job's run.
+    """
+
+    made = False
+    at = float("-inf")
+
+
+_tidied = _Tidied()
 
 
 def _connection_made(sender: Any, **kwargs: Any) -> None:
@@ -297,16 +311,16 @@ def run_job(func: Callable[[Any], Any], job: Job, run: Run | None = None) -> Out
     since, and a tidy costs more than a no-op job's handler call. Both are
     skipped while the thread has never made a connection (``_connection_made``).
     """
-    made = getattr(_tidied, "made", False)
-    if made and time.monotonic() - getattr(_tidied, "at", float("-inf")) >= TIDY_FRESH_S:
+    tidied = _tidied
+    if tidied.made and time.monotonic() - tidied.at >= TIDY_FRESH_S:
         tidy_connections(close_old_connections)
     send_robust(job_started, job.queue, job=job)
     try:
         return run_handler(func, job, job, run)
     finally:
-        if getattr(_tidied, "made", False):
+        if tidied.made:
             tidy_connections(close_old_connections)
-        _tidied.at = time.monotonic()
+        tidied.at = time.monotonic()
 
 
 def has_hooks(func: Any) -> bool:
