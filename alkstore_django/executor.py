@@ -139,7 +139,7 @@ def tidy_connections(close: Callable[[], None]) -> None:
         logger.warning("could not close a database connection", exc_info=True)
 
 
-@dataclass
+@dataclass(slots=True)
 class Outcome:
     """What a handler run decided: ``ack``, ``retry``, ``fail``, ``snooze`` or ``release``.
 
