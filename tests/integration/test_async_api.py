@@ -218,6 +218,23 @@ def test_atomic_in_a_coroutine__is_refused_by_django():
         async_to_sync(view_code)()
 
 
+def test_enqueue_in_a_coroutine__is_refused_as_django_refuses_a_query_there():
+    # The sync enqueue would block the event loop on the database: Django's
+    # guard stands, with the thread's connection already open or not.
+    queue = store.queue("a.sync_in_async")
+    queue.enqueue({"warm": True})  # this thread's connection is open
+
+    async def view_code() -> None:
+        queue.enqueue({"n": 1})
+
+    with pytest.raises(SynchronousOnlyOperation):
+        asyncio.run(view_code())
+    connections[ALKSTORE_DB].close()
+    with pytest.raises(SynchronousOnlyOperation):
+        asyncio.run(view_code())
+    assert live_count() == 1
+
+
 def place_order(reference: str, *, refuse: bool = False) -> int:
     """The documented pattern: one sync function, its writes and the enqueue in one atomic block."""
     with transaction.atomic(using=ALKSTORE_DB):

@@ -12,6 +12,7 @@ import contextlib
 import re
 import threading
 import zlib
+from asyncio import _get_running_loop
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +94,11 @@ class PreparedStatements(Dialect):
 
         if wrapper is None:
             wrapper = self.connection
-        wrapper.ensure_connection()
+        if wrapper.connection is None or _get_running_loop() is not None:
+            # Connects, or refuses a call from a coroutine, as Django's cursor does.
+            # Skipped when it would do neither: its check for a running loop
+            # raises and catches a RuntimeError on every call (µs of an enqueue).
+            wrapper.ensure_connection()
         # As Django's cursor does: inside an atomic block marked for rollback, no query.
         wrapper.validate_no_broken_transaction()
         raw = wrapper.connection
