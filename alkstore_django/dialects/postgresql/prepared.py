@@ -12,11 +12,11 @@ import contextlib
 import re
 import threading
 import zlib
-from asyncio import _get_running_loop
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..base import Dialect
+from ..driver import ensure_open
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -94,11 +94,7 @@ class PreparedStatements(Dialect):
 
         if wrapper is None:
             wrapper = self.connection
-        if wrapper.connection is None or _get_running_loop() is not None:
-            # Connects, or refuses a call from a coroutine, as Django's cursor does.
-            # Skipped when it would do neither: its check for a running loop
-            # raises and catches a RuntimeError on every call (µs of an enqueue).
-            wrapper.ensure_connection()
+        ensure_open(wrapper)
         # As Django's cursor does: inside an atomic block marked for rollback, no query.
         wrapper.validate_no_broken_transaction()
         raw = wrapper.connection
@@ -138,7 +134,7 @@ class PreparedStatements(Dialect):
         import psycopg
 
         wrapper = self.connection
-        wrapper.ensure_connection()
+        ensure_open(wrapper)
         raw = wrapper.connection
         if (
             wrapper.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")

@@ -44,6 +44,7 @@ from ..base import (
 from ..cancels import CancelStatements
 from ..claims import ClaimStatements
 from ..controls import PAUSED, ControlStatements
+from ..driver import ensure_open
 from ..leases import LeaseStatements
 from ..operators import OperatorStatements
 from ..schedules import ScheduleStatements
@@ -245,7 +246,7 @@ class SqliteDialect(
         new ids until the next call.
         """
         wrapper = self.connection
-        wrapper.ensure_connection()
+        ensure_open(wrapper)
         wrapper.validate_no_broken_transaction()
         raw = wrapper.connection
         cursor = getattr(self._kept, "cursor", None)
