@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/alk_perf_bench")
 MARIADB_URL = os.environ.get("BENCH_MARIADB_URL", "mysql://root@127.0.0.1:3306/alk_perf_bench")
 SQLITE_PATH = ROOT / ".test-db" / "alk_perf_bench.sqlite3"
+ENGINES = ("postgresql", "sqlite", "mariadb")
 PEERS_VENV = ROOT / ".venv-peers"
 PEER_REQUIREMENTS = [
     "procrastinate>=3.10,<4",
@@ -958,6 +959,14 @@ def main() -> int:
     runs = max(3, args.runs)
     sizes = Sizes.for_mode(args.quick)
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    # Refused before anything runs: an engine found unknown after the others'
+    # rounds lost their figures with it.
+    unknown = [e for e in engines if e not in ENGINES]
+    if unknown:
+        raise SystemExit(
+            f"Unknown engine(s) {', '.join(map(repr, unknown))}: "
+            f"expected some of {', '.join(ENGINES)}."
+        )
     uses_pg = "postgresql" in engines or args.peers
     if args.autovacuum == "on" and not uses_pg:
         raise SystemExit("--autovacuum on: this run measures nothing on PostgreSQL.")
@@ -1007,13 +1016,11 @@ def measure(
             url = pg_url = pg_database(PG_URL)
         elif engine == "mariadb":
             url = mariadb_database(MARIADB_URL)
-        elif engine == "sqlite":
+        else:
             SQLITE_PATH.parent.mkdir(parents=True, exist_ok=True)
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{SQLITE_PATH}{suffix}").unlink(missing_ok=True)
             url = f"sqlite:///{SQLITE_PATH}"
-        else:
-            raise SystemExit(f"Unknown engine {engine!r}: expected postgresql, sqlite or mariadb.")
         log(f"{engine}: starting")
         if args.baseline is not None:
             figures += baseline_figures(engine, url, args.baseline, sizes, runs, workloads)
