@@ -232,22 +232,23 @@ class Completer:
     def report_acks(self, acks: list[Done], acked: set[int]) -> None:
         """Log committed acks (only once they are durable) and free their slots."""
         forget, tally = self.holdings.forget, self.tally
-        settled: list[tuple[Job, Outcome]] = []
-        unlogged = 0  # the last acks of ``settled``, not counted and logged yet
+        settled: list[tuple[Job, Outcome]] = []  # the acked jobs, counted and logged
+        pending: list[tuple[Job, Outcome]] = []  # acked jobs not counted and logged yet
         with tally.batched():
             for done in acks:
                 handle = done.held.handle
                 handle.mark_spent()
                 forget(done.held)
                 if handle.job.id in acked:
-                    settled.append((handle.job, done.outcome))
-                    unlogged += 1
+                    pending.append((handle.job, done.outcome))
                     continue
                 # A lost claim's line keeps its place: the acks before it go first.
-                tally.record_acked(settled[len(settled) - unlogged :])
-                unlogged = 0
+                tally.record_acked(pending)
+                settled += pending
+                pending = []
                 tally.record(handle.job, done.outcome, LOST)
-            tally.record_acked(settled[len(settled) - unlogged :])
+            tally.record_acked(pending)
+        settled += pending
         if job_finished.receivers:
             for done in acks:
                 job = done.held.handle.job

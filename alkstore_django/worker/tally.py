@@ -45,8 +45,8 @@ class WorkerStats:
 
 
 _LINE_FORMAT = "job id=%s queue=%s outcome=%s attempts=%s duration_ms=%.1f%s"
-ACKED = Settled.ACKED
-_ACKED = ACKED.value
+_ACKED = Settled.ACKED
+_ACKED_NAME = _ACKED.value
 
 
 def _line_args(job: Job, name: str, outcome: Outcome) -> tuple[Any, ...]:
@@ -111,13 +111,13 @@ class Tally:
         lines = self._lines
         if lines is None or self.instruments.enabled:
             for job, outcome in settled:
-                self.record(job, outcome, ACKED)
+                self.record(job, outcome, _ACKED)
             return
         self.stats.acked += len(settled)
         counts = self._counts
         for job, outcome in settled:
-            counts[(job.queue, _ACKED)] += 1
-            lines.append(_LINE_FORMAT % _line_args(job, _ACKED, outcome))
+            counts[(job.queue, _ACKED_NAME)] += 1
+            lines.append(_LINE_FORMAT % _line_args(job, _ACKED_NAME, outcome))
 
     @contextlib.contextmanager
     def batched(self) -> Iterator[None]:

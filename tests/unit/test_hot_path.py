@@ -417,7 +417,7 @@ def test_report_acks__keeps_a_lost_claims_line_in_its_place_and_finishes_each(al
         ["INFO", "job", "id=3", "queue=q.log"],
     ]
     assert "outcome=lost" in lines[1]
-    assert handler.stream.writes == 3  # the acks around the warning, then the warning's own
+    assert handler.stream.writes == 3  # id=1's line, the warning, id=3's line
     assert finished == [(1, Settled.ACKED), (2, Settled.LOST), (3, Settled.ACKED)]
     assert (tally_.stats.acked, tally_.stats.lost) == (2, 1)
     assert len(holdings) == 0
