@@ -60,7 +60,8 @@ WAITING_WORKER = "bench-floors-waiting"
 PRIORITY_ORDER = "ORDER BY priority DESC, run_at, id"
 # The fused cycle on PostgreSQL: one prepared statement in autocommit acks
 # (deletes) the previous batch and claims the next, as alkstore's claim does,
-# without its fences, lapsed-claim sweep, expiry or pause.
+# without its fences, lapsed-claim sweep, expiry or pause. The acked ids come
+# once, on a row of their own, as alkstore's do.
 PG_CLAIM = (
     f"WITH acked AS (DELETE FROM {TABLE} WHERE id = ANY(%s::bigint[]) RETURNING id), "
     f"c AS (UPDATE {TABLE} j SET state = 'processing', attempts = j.attempts + 1, "
@@ -68,8 +69,8 @@ PG_CLAIM = (
     "claim_expires_at = now() + make_interval(secs => j.visibility_timeout_s) "
     f"WHERE j.id = ANY(ARRAY(SELECT id FROM {TABLE} WHERE queue = %s AND state = 'pending' "
     f"AND run_at <= now() {PRIORITY_ORDER} LIMIT %s FOR UPDATE SKIP LOCKED)) RETURNING j.*) "
-    "SELECT (SELECT array_agg(id) FROM acked) AS acked, c.* FROM (SELECT 1) AS one "
-    "LEFT JOIN c ON true"
+    "SELECT a.acked, c.* FROM (SELECT array_agg(id) AS acked FROM acked) AS a "
+    "FULL JOIN c ON false"
 )
 SQLITE_NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 # The unary + keeps run_at out of index selection, as alkstore's claim does,

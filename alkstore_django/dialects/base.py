@@ -99,6 +99,8 @@ _new_record = object.__new__
 # A record's keys for a row of JOB_COLUMNS: the payload column's text is kept as
 # ``stored_payload`` (what a process-pool child decodes itself), beside the payload.
 _RECORD_KEYS = tuple("stored_payload" if name == "payload" else name for name in JOB_COLUMNS)
+# The stamps a claimed record reads from its row (``Dialect.to_datetime``).
+_RECORD_STAMPS = ("run_at", "expires_at", "claim_expires_at", "enqueued_at", "cancel_requested_at")
 # The columns a dead letter copies from its live row (state and the claim
 # deadline stay behind; last_error and died_at are written by the move).
 DEAD_COPY = (
@@ -454,20 +456,21 @@ class Dialect(BatchedDeletes, ABC):
         more than two microseconds a claimed job, a tenth of a no-op job's
         whole run.
         """
-        dt = self.to_datetime
         job = _new_record(JobRecord)
         values = job.__dict__
         values.update(zip(_RECORD_KEYS, row, strict=True))
         values["payload"] = (codec or app_settings.payload_codec).decode(load_json(row[2]))
-        for name in ("run_at", "expires_at", "claim_expires_at", "enqueued_at"):
-            values[name] = dt(values[name])
+        if type(self).to_datetime is not Dialect.to_datetime:
+            # PostgreSQL's driver reads them timezone-aware: no call per stamp there.
+            dt = self.to_datetime
+            for name in _RECORD_STAMPS:
+                if values[name] is not None:
+                    values[name] = dt(values[name])
         values["died_at"] = None
         values["progress"] = None
         values["tags"] = split_tags(values["tags"])
         if values["concurrency_key"] == UNKEYED:
             values["concurrency_key"] = None
-        if values["cancel_requested_at"] is not None:
-            values["cancel_requested_at"] = dt(values["cancel_requested_at"])
         return job
 
     def database_now(self) -> datetime:
