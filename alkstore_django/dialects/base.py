@@ -360,8 +360,11 @@ class Dialect(BatchedDeletes, ABC):
 
         One transaction (and on PostgreSQL one statement): the acks are
         durable once this returns, and the worker pays one commit per cycle.
-        Before claiming, the queue's lapsed claims with no attempts left are
-        dead-lettered and the others become claimable again. A claim adds 1
+        The queue's lapsed claims with attempts left are claimable like
+        pending jobs; those not claimed go back to pending and those with no
+        attempts left to the dead letters, in the same transaction (SQLite,
+        MariaDB/MySQL) or, on PostgreSQL, in a statement of their own right
+        after a claim that saw one. A claim adds 1
         to ``attempts`` and to ``generation``. Returns (acked ids, claimed
         jobs in claim order: priority descending, run_at, id). This is the
         one claim path; later claim rules (uniqueness, pauses, limits) extend

@@ -456,8 +456,9 @@ class Worker:
                 self.holdings.renew_due()
             except DatabaseError as exc:
                 self._database_error(exc)
-            self.wake.wait(min(0.1, max(deadline - time.monotonic(), 0.0)))
-            self.wake.clear()
+            # Cleared only when seen set: a set landing after a wait timed out is kept.
+            if self.wake.wait(min(0.1, max(deadline - time.monotonic(), 0.0))):
+                self.wake.clear()
             self.pulse.beat()
 
     def _settle_last(self) -> None:
