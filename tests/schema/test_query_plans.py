@@ -157,7 +157,7 @@ def test_lapsed_sweep__uses_the_lapse_index_with_100k_pending_in_another_queue(a
 def test_claim__writes_only_its_acks_and_its_claims_until_it_saw_a_lapsed_claim():
     # The moves of lapsed claims (to the dead letters, back to pending) were
     # three more writes in every claim statement: the server set them up at
-    # each claim (about 27 of a batch-1 claim's 550 µs) with nothing to move
+    # each claim (about 25 of a batch-1 claim's 450 µs) with nothing to move
     # almost always. A claim that sees a lapsed claim moves it right after.
     q = store.queue("target")
     q.enqueue_many(range(8))

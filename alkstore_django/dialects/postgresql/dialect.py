@@ -337,7 +337,7 @@ class PostgresDialect(
         to pending (their handles are already invalid). A statement of its
         own, run only after a claim that saw a lapsed claim (a worker that
         died or stalled): in the claim, its three writes cost every claim
-        about 27 µs of the server's time to set up, with nothing to move
+        about 25 µs of the server's time to set up, with nothing to move
         almost always. Until it commits the rows stay lapsed, as they were
         before the claim: any claim still takes them, and any claim that sees
         them moves them. Locked SKIP LOCKED, as the claim locks them.
