@@ -9,7 +9,15 @@ import pytest
 from django.utils import timezone
 
 from alkstore_django import store
-from tests.helpers import db_now, dead_count, expire_job, lapse_claim, live_count, make_due
+from tests.helpers import (
+    db_now,
+    dead_count,
+    expire_job,
+    lapse_claim,
+    live_count,
+    make_due,
+    postgres_only,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -137,6 +145,30 @@ def test_pre_claim_sweep__dead_letters_an_exhausted_lapsed_claim():
     assert (dead.state, dead.last_error, dead.attempts) == ("dead", "max attempts exceeded", 1)
     assert dead.payload == {"p": 1} and dead.died_at is not None
     assert live_count("exhausted") == 0
+
+
+@postgres_only("SQLite and MariaDB move lapsed claims inside the claim's own transaction")
+@pytest.mark.django_db(transaction=True)
+def test_claim__hands_out_its_jobs_when_moving_the_lapsed_claims_after_it_fails(
+    monkeypatch, caplog
+):
+    # PostgreSQL's claim commits before the lapsed claims it left are moved.
+    # A failure of that move was raised from the claim: the jobs it had
+    # claimed never reached the worker, and each lapsed and was charged an attempt.
+    q = store.queue("moves")
+    left = q.enqueue("left")
+    q.claim_one("w1")
+    lapse_claim(left)
+    wanted = q.enqueue("wanted", priority=5)
+    monkeypatch.setattr(store.dialect, "_move_lapsed_sql", "SELECT 1 / 0 FROM (SELECT %s) AS q")
+    acked, jobs = store.dialect.claim_and_ack("moves", "w2", 1, "w2", [])
+    assert (acked, [job.id for job in jobs]) == ([], [wanted])
+    assert "could not move the lapsed claims of queue moves" in caplog.text
+    stored = store.get_job(left)
+    assert (stored.state, stored.worker_id, stored.attempts) == ("processing", "w1", 1)
+    monkeypatch.undo()
+    # Left lapsed, as before the claim: the next claim takes it.
+    assert q.claim_one("w3").job.id == left
 
 
 def test_pre_claim_sweep__runs_even_when_another_job_is_claimed():

@@ -341,8 +341,24 @@ class PostgresDialect(
         almost always. Until it commits the rows stay lapsed, as they were
         before the claim: any claim still takes them, and any claim that sees
         them moves them. Locked SKIP LOCKED, as the claim locks them.
+
+        In autocommit the claim has committed by now: its jobs are the
+        caller's, and a failure here must not keep them from it (unheld,
+        their claims would lapse and each be charged an attempt), so it is
+        logged and the rows are left to the next claim. Inside the caller's
+        transaction a failure aborts it, the claim with it, and is raised.
         """
-        self._rowcount(self._move_lapsed_sql, [queue])
+        if self.connection.in_atomic_block:
+            self._rowcount(self._move_lapsed_sql, [queue])
+            return
+        try:
+            self._rowcount(self._move_lapsed_sql, [queue])
+        except DatabaseError:
+            logger.warning(
+                "could not move the lapsed claims of queue %s; the next claim will",
+                queue,
+                exc_info=True,
+            )
 
     @cached_property
     def _move_lapsed_sql(self) -> str:
