@@ -153,8 +153,8 @@ def test_claim__hands_out_its_jobs_when_moving_the_lapsed_claims_after_it_fails(
     monkeypatch, caplog
 ):
     # PostgreSQL's claim commits before the lapsed claims it left are moved.
-    # A failure of that move was raised from the claim: the jobs it had
-    # claimed never reached the worker, and each lapsed and was charged an attempt.
+    # Raised from the claim, a failure of that move would keep the jobs it
+    # claimed from the worker: each would lapse and be charged an attempt.
     q = store.queue("moves")
     left = q.enqueue("left")
     q.claim_one("w1")
