@@ -125,8 +125,9 @@ class ClaimStatements(Dialect):
     def bury_exhausted_lapsed(self) -> int:
         """Dead-letter every lapsed claim with no attempts left, whatever its queue.
 
-        A claim on a queue buries that queue's exhausted lapsed claims first;
-        this catches those of a queue that nobody claims from any more.
+        A claim on a queue buries that queue's exhausted lapsed claims (in its
+        transaction, or on PostgreSQL right after it, once it saw one); this
+        catches those of a queue that nobody claims from any more.
         """
         return self.bury(EXHAUSTED_LAPSED, [], "max attempts exceeded")
 
