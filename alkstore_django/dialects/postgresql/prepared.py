@@ -53,6 +53,21 @@ def honour_prepare(raw: Any) -> None:
         raw.prepare_threshold = NEVER_AUTO_PREPARE
 
 
+def _prepared_cursor(raw: Any, prepare: bool) -> Any:
+    """Return a new cursor on the psycopg connection ``raw``, which honours ``prepare=True``.
+
+    Once per connection is enough for the threshold: a kept cursor is made
+    again for each new connection.
+    """
+    # Imported here, not at the top: nothing may import psycopg on a SQLite site,
+    # where it need not be installed (it is the optional extra "postgres").
+    import psycopg
+
+    if prepare:
+        honour_prepare(raw)
+    return psycopg.Cursor(raw)
+
+
 class PreparedStatements(Dialect):
     """The dialect's two ways to run a statement prepared, each with its cursors kept per thread."""
 
@@ -88,10 +103,6 @@ class PreparedStatements(Dialect):
         up already (a lookup is a thread-local read through asgiref's
         ``Local``: a few µs of an enqueue).
         """
-        # Imported here, not at the top: nothing may import psycopg on a SQLite site,
-        # where it need not be installed (it is the optional extra "postgres").
-        import psycopg
-
         if wrapper is None:
             wrapper = self.connection
         ensure_open(wrapper)
@@ -99,15 +110,13 @@ class PreparedStatements(Dialect):
         wrapper.validate_no_broken_transaction()
         raw = wrapper.connection
         prepare = not wrapper.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
-        if prepare:
-            honour_prepare(raw)
         if keep_cursor:
             cursor = getattr(self._cursors, "cursor", None)
             if cursor is None or cursor.connection is not raw:
                 # Django's reconnect makes a new connection object.
-                cursor = self._cursors.cursor = psycopg.Cursor(raw)
+                cursor = self._cursors.cursor = _prepared_cursor(raw, prepare)
         else:
-            cursor = psycopg.Cursor(raw)
+            cursor = _prepared_cursor(raw, prepare)
         with wrapper.wrap_database_errors:
             try:
                 cursor.execute(sql, params, prepare=prepare)
