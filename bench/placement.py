@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -95,14 +96,19 @@ def main(n: str, count: str) -> dict:
     os.environ.setdefault("BENCH_DATABASE_URL", PG_URL)
     if engine() != "postgresql":
         raise SystemExit("bench.placement pins PostgreSQL's server processes: PostgreSQL only")
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("bench.placement needs two CPUs to place the processes apart")
+    if shutil.which("taskset") is None or os.geteuid() != 0:
+        raise SystemExit("bench.placement moves the server's processes: it needs taskset and root")
     setup()
     from django.core.management import call_command
     from django.db import connections
 
+    from alkstore_django import store
+
     call_command("migrate", verbosity=0)
     prepare()
-
-    from alkstore_django import store
 
     q = store.queue(ENQUEUE_QUEUE)
     q.enqueue({"warm": True})
@@ -111,9 +117,6 @@ def main(n: str, count: str) -> dict:
         cursor.execute("SELECT pg_backend_pid()")
         backends = [cursor.fetchone()[0]]
     backends.append(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        raise SystemExit("bench.placement needs two CPUs to place the processes apart")
     loops = {"alkstore": lambda i: q.enqueue({"i": i}), "floor": floor}
     for one in loops.values():
         for i in range(100):
