@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from bench.floors import BATCH_ONE_JOBS, MODES, PRODUCER_COUNTS
+from bench.placement import PLACEMENTS
 
 FLOOR = "raw floor"
 ALKSTORE = "alkstore"
@@ -24,7 +25,10 @@ CPU = ", CPU per job from the first job"
 # The producer counts whose client CPU per job is a row: one producer's own
 # cost, and eight's, where producers and backends share the machine's cores.
 CPU_PRODUCERS = (1, 8)
-# A figure: its system, its command (module and arguments), the key of its JSON, its unit.
+# The alternating rounds of each ``bench.placement`` run.
+PLACEMENT_ROUNDS = 5
+# A figure: its system, its command (module and arguments), the key of its JSON (a
+# dotted path into it), its unit.
 Spec = tuple[str, tuple[str, ...], str, str]
 
 
@@ -46,8 +50,10 @@ def plural(procs: int, what: str = "process") -> str:
 class Names:
     """The figures' names, shared by ``floor_specs`` and ``floor_derived``."""
 
-    def __init__(self, drain: int, latency: int, producers: int) -> None:
+    def __init__(self, drain: int, latency: int, producers: int, placed: int = 0) -> None:
         self.drain, self.latency, self.producers = drain, latency, producers
+        # The calls of each ``bench.placement`` loop; 0 where it cannot run.
+        self.placed = placed
 
     def fused(self, batch: int, procs: int, variant: str = "") -> str:
         n = min(self.drain, BATCH_ONE_JOBS) if batch == 1 else self.drain
@@ -64,6 +70,9 @@ class Names:
 
     def producing(self, k: int, mode: str) -> str:
         return f"{self.producers} jobs by {plural(k, 'producer')}, {mode}"
+
+    def in_one_process(self, placement: str) -> str:
+        return f"enqueue one by one in one process ({self.placed} calls), {placement}"
 
 
 def floor_specs(engine: str, names: Names) -> dict[str, Spec]:
@@ -121,6 +130,17 @@ def floor_specs(engine: str, names: Names) -> dict[str, Spec]:
             if k in CPU_PRODUCERS:
                 cpu = f"{names.producing(k, mode)}, client CPU per job"
                 specs[cpu] = (system, producers, "cpu_us_per_job", "us")
+    if names.placed:
+        # Where the server runs, beside the enqueue's figures (bench/placement.py).
+        placement = ("bench.placement", str(names.placed), str(PLACEMENT_ROUNDS))
+        for where in PLACEMENTS:
+            specs[f"{names.in_one_process(where)}, alkstore / its statement"] = (
+                RATIO, placement, f"{where}.ratio", "x",
+            )  # fmt: skip
+        for system, side in ((ALKSTORE, "alkstore"), (FLOOR, "floor")):
+            specs[f"{names.in_one_process('python alone')}, {side}'s own CPU per call"] = (
+                system, placement, f"python.{side}.cpu_us", "us",
+            )  # fmt: skip
     return specs
 
 
@@ -198,7 +218,10 @@ def floor_rows(
     for round_ in range(runs):
         done = {command: run(command) for command in (commands[::-1] if round_ % 2 else commands)}
         for name, (_, command, key, _) in specs.items():
-            values[name].append(done[command][key])
+            value = done[command]
+            for part in key.split("."):
+                value = value[part]
+            values[name].append(value)
         log(f"{engine}: floor round {round_ + 1} of {runs} done")
     rows = [Row(name, system, unit, values[name]) for name, (system, _, _, unit) in specs.items()]
     return rows + floor_derived(values, engine, names)

@@ -24,8 +24,10 @@ nothing (placed by the scheduler, ten times the calls): the client's own
 Python per call, with warm caches and no server at all.
 
 Pinning a server process needs ``taskset`` and the right to move it: a local
-server and root. Prints one JSON line: per placement, the medians of the
-rounds' wall time and this process's CPU time per call, and floor / alkstore.
+server and root (``cannot_place``). ``bench/run.py --workloads floor`` runs it
+in each round where it can (its ``in one process`` rows). Prints one JSON
+line: per placement, the medians of the rounds' wall time and this process's
+CPU time per call, and floor / alkstore.
 """
 
 from __future__ import annotations
@@ -40,9 +42,10 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
-from bench.floors import ENQUEUE_QUEUE, engine, prepare, raw_enqueuer
-from bench.run import PG_URL
+from bench.floors import ENQUEUE_QUEUE, prepare, raw_enqueuer
+from bench.settings import DEFAULT_URL
 from bench.workloads import setup
 
 PLACEMENTS = ("free", "apart", "together")
@@ -92,15 +95,24 @@ def rounds(loops: dict[str, Callable[[int], Any]], n: int, count: int) -> dict[s
     return result
 
 
-def main(n: str, count: str) -> dict:
-    os.environ.setdefault("BENCH_DATABASE_URL", PG_URL)
-    if engine() != "postgresql":
-        raise SystemExit("bench.placement pins PostgreSQL's server processes: PostgreSQL only")
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        raise SystemExit("bench.placement needs two CPUs to place the processes apart")
+def cannot_place(url: str) -> str | None:
+    """Why the processes cannot be placed by hand for the database at ``url``; None if they can."""
+    if urlsplit(url).scheme not in ("postgres", "postgresql"):
+        return "bench.placement pins PostgreSQL's server processes: PostgreSQL only"
+    if urlsplit(url).hostname not in ("127.0.0.1", "localhost", "::1"):
+        return "bench.placement pins the server's processes: a server on this machine only"
+    if len(os.sched_getaffinity(0)) < 2:
+        return "bench.placement needs two CPUs to place the processes apart"
     if shutil.which("taskset") is None or os.geteuid() != 0:
-        raise SystemExit("bench.placement moves the server's processes: it needs taskset and root")
+        return "bench.placement moves the server's processes: it needs taskset and root"
+    return None
+
+
+def main(n: str, count: str) -> dict:
+    os.environ.setdefault("BENCH_DATABASE_URL", DEFAULT_URL)
+    if refused := cannot_place(os.environ["BENCH_DATABASE_URL"]):
+        raise SystemExit(refused)
+    cpus = sorted(os.sched_getaffinity(0))
     setup()
     from django.core.management import call_command
     from django.db import connections

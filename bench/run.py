@@ -197,13 +197,15 @@ class Sizes:
     io_drain_narrow: int = 400
     # The floor workload's enqueues: one by one, and by 1 to 8 producers at once.
     floor_producers: int = 4_000
+    # Each loop of the floor workload's enqueue in one process (``bench.placement``).
+    floor_placed: int = 1_000
 
     @classmethod
     def for_mode(cls, quick: bool) -> Sizes:
         if quick:
             return cls(
                 200, 2_000, 10_000, 3_000, 100, 10_000, 100_000, 200, 500, 200,
-                io_drain=2_000, io_drain_narrow=100, floor_producers=2_000,
+                io_drain=2_000, io_drain_narrow=100, floor_producers=2_000, floor_placed=300,
             )  # fmt: skip
         return cls(2_000, 20_000, 50_000, 20_000, 500, 10_000, 1_000_000, 1_000, 3_000, 1_000)
 
@@ -326,11 +328,13 @@ def alkstore_figures(
 def floor_figures(engine: str, sizes: Sizes, runs: int, env: dict[str, str]) -> list[Figure]:
     """Issue 27's rows (``bench/floor_rows.py``): alkstore beside the raw floors, interleaved."""
     from bench.floor_rows import Names, floor_rows
+    from bench.placement import cannot_place
 
     def run(command: tuple[str, ...]) -> dict:
         return run_json([sys.executable, "-m", *command], env)
 
-    names = Names(sizes.drain, sizes.latency, sizes.floor_producers)
+    placed = 0 if cannot_place(env["BENCH_DATABASE_URL"]) else sizes.floor_placed
+    names = Names(sizes.drain, sizes.latency, sizes.floor_producers, placed)
     return [
         Figure(row.name, row.system, engine, row.unit, row.values, row.target, note=row.note)
         for row in floor_rows(engine, names, runs, run, log)

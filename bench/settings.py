@@ -49,11 +49,9 @@ def database_from_url(url: str) -> dict[str, object]:
     }
 
 
-DATABASES = {
-    "default": database_from_url(
-        os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/alk_perf_bench")
-    )
-}
+# The bench's PostgreSQL database when ``BENCH_DATABASE_URL`` names none.
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/alk_perf_bench"
+DATABASES = {"default": database_from_url(os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL))}
 
 # The queue-control rows of the drain (bench/run.py): the same no-op handler
 # under a max_running and under a rate, next to the plain bench.noop. An
