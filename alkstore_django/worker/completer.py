@@ -103,11 +103,11 @@ class Completer:
         retry, a snooze or a release may be due again at once.
         """
         done_queue, unsettled = self.done, self._unsettled
-        while True:
-            try:
-                unsettled.append(done_queue.get_nowait())
-            except queue_module.Empty:
-                break
+        # This thread is the queue's one reader: what it saw is there to take.
+        # Asked every round, mostly of an empty queue, where ``get_nowait``
+        # raises and the loop catches ``Empty``, ten times the cost.
+        while not done_queue.empty():
+            unsettled.append(done_queue.get_nowait())
         returned = bool(unsettled)
         waiting = self.controls.await_finish
         kept: list[Done] = []

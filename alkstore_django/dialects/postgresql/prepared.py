@@ -145,15 +145,17 @@ class PreparedStatements(Dialect):
         wrapper = self.connection
         ensure_open(wrapper)
         raw = wrapper.connection
+        # libpq's own status, not ``raw.info``'s: that builds an object and an
+        # enum member on every claim.
         if (
             wrapper.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
-            or raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+            or raw.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE
         ):
-            return self.fetch_prepared(sql, params)
+            return self.fetch_prepared(sql, params, wrapper=wrapper)
         if getattr(self._cursors, "own_session", False) and not wrapper.settings_dict[
             "OPTIONS"
         ].get("server_side_binding"):
-            return self._fetch_on_own_session(sql, params)
+            return self._fetch_on_own_session(sql, params, wrapper)
         kept = getattr(self._cursors, "generic", None)
         if kept is None or kept[0].connection is not raw:
             # Django's reconnect makes a new connection, which has prepared nothing.
@@ -205,10 +207,11 @@ class PreparedStatements(Dialect):
                 with contextlib.suppress(psycopg.Error):
                     cursor.execute(RESET_PLANS)
 
-    def _fetch_on_own_session(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def _fetch_on_own_session(
+        self, sql: str, params: Sequence[Any], wrapper: BaseDatabaseWrapper
+    ) -> list[tuple[Any, ...]]:
         import psycopg
 
-        wrapper = self.connection
         raw = wrapper.connection
         cursor = getattr(self._cursors, "session", None)
         with wrapper.wrap_database_errors:
