@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -49,11 +48,6 @@ from bench.settings import DEFAULT_URL
 from bench.workloads import setup
 
 PLACEMENTS = ("free", "apart", "together")
-
-
-def cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def place(placement: str, backends: list[int], cpus: list[int]) -> None:
@@ -79,11 +73,11 @@ def rounds(loops: dict[str, Callable[[int], Any]], n: int, count: int) -> dict[s
     for index in range(count):
         for name in names if index % 2 == 0 else names[::-1]:
             one = loops[name]
-            cpu, started = cpu_s(), time.perf_counter()
+            cpu, started = time.process_time(), time.perf_counter()
             for i in range(n):
                 one(i)
             wall = time.perf_counter() - started
-            timed[name].append((wall / n * 1e6, (cpu_s() - cpu) / n * 1e6))
+            timed[name].append((wall / n * 1e6, (time.process_time() - cpu) / n * 1e6))
     result: dict[str, Any] = {
         name: {
             "wall_us": round(statistics.median(w for w, _ in values), 1),

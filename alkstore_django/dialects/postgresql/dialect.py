@@ -348,12 +348,11 @@ class PostgresDialect(
         logged and the rows are left to the next claim. Inside the caller's
         transaction a failure aborts it, the claim with it, and is raised.
         """
-        if self.connection.in_atomic_block:
-            self._rowcount(self._move_lapsed_sql, [queue])
-            return
         try:
             self._rowcount(self._move_lapsed_sql, [queue])
         except DatabaseError:
+            if self.connection.in_atomic_block:
+                raise
             logger.warning(
                 "could not move the lapsed claims of queue %s; the next claim will",
                 queue,
