@@ -51,7 +51,13 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
-PG_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/alk_perf_bench")
+# Run as a script (``python bench/run.py``), the project's root is not on the path yet.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.settings import DEFAULT_URL  # noqa: E402 (needs the root on the path)
+
+PG_URL = os.environ.get("BENCH_PG_URL", DEFAULT_URL)
 MARIADB_URL = os.environ.get("BENCH_MARIADB_URL", "mysql://root@127.0.0.1:3306/alk_perf_bench")
 SQLITE_PATH = ROOT / ".test-db" / "alk_perf_bench.sqlite3"
 ENGINES = ("postgresql", "sqlite", "mariadb")
@@ -918,7 +924,6 @@ def soak_run(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    sys.path.insert(0, str(ROOT))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--peers", action="store_true", help="Also run the peers and the floor.")
     parser.add_argument("--quick", action="store_true", help="Smaller sizes (about 2 minutes).")
