@@ -27,6 +27,10 @@ CPU = ", CPU per job from the first job"
 CPU_PRODUCERS = (1, 8)
 # The alternating rounds of each ``bench.placement`` run.
 PLACEMENT_ROUNDS = 5
+# Where the processes can be placed, this many producers run again apart from
+# their server processes (``bench.floors producers … apart``), in these modes.
+APART_PRODUCERS = 8
+APART_MODES = ("floor", "alkstore", "alkstore-waiting")
 # A figure: its system, its command (module and arguments), the key of its JSON (a
 # dotted path into it), its unit.
 Spec = tuple[str, tuple[str, ...], str, str]
@@ -52,7 +56,8 @@ class Names:
 
     def __init__(self, drain: int, latency: int, producers: int, placed: int = 0) -> None:
         self.drain, self.latency, self.producers = drain, latency, producers
-        # The calls of each ``bench.placement`` loop; 0 where it cannot run.
+        # The calls of each ``bench.placement`` loop; 0 where the processes cannot
+        # be placed, and then neither it nor the producers apart run.
         self.placed = placed
 
     def fused(self, batch: int, procs: int, variant: str = "") -> str:
@@ -68,8 +73,9 @@ class Names:
     def pickup(self, p: str) -> str:
         return f"pickup latency {p} ({self.latency} jobs)"
 
-    def producing(self, k: int, mode: str) -> str:
-        return f"{self.producers} jobs by {plural(k, 'producer')}, {mode}"
+    def producing(self, k: int, mode: str, placement: str = "free") -> str:
+        where = "" if placement == "free" else f", {placement}"
+        return f"{self.producers} jobs by {plural(k, 'producer')}, {mode}{where}"
 
     def in_one_process(self, placement: str) -> str:
         return f"enqueue one by one in one process ({self.placed} calls), {placement}"
@@ -131,6 +137,13 @@ def floor_specs(engine: str, names: Names) -> dict[str, Spec]:
                 cpu = f"{names.producing(k, mode)}, client CPU per job"
                 specs[cpu] = (system, producers, "cpu_us_per_job", "us")
     if names.placed:
+        # The producers on one CPU and their server processes on the other.
+        for mode in APART_MODES:
+            system = FLOOR if mode == "floor" else ALKSTORE
+            apart = (floor, "producers", n, str(APART_PRODUCERS), mode, "apart")
+            specs[names.producing(APART_PRODUCERS, mode, "apart")] = (
+                system, apart, "rate", "jobs/s",
+            )  # fmt: skip
         # Where the server runs, beside the enqueue's figures (bench/placement.py).
         placement = ("bench.placement", str(names.placed), str(PLACEMENT_ROUNDS))
         for where in PLACEMENTS:
@@ -195,6 +208,13 @@ def floor_derived(values: dict[str, list[float]], engine: str, names: Names) -> 
             ratio(f"{who}, client CPU per job, alkstore / floor", RATIO,
                   f"{names.producing(k, 'alkstore')}, client CPU per job",
                   f"{floor}, client CPU per job", note="lower is better")  # fmt: skip
+    if names.placed:
+        # What the server allows each side's statements when no client takes its core.
+        floor = names.producing(APART_PRODUCERS, "floor", "apart")
+        who = f"{plural(APART_PRODUCERS, 'producer')} apart from the server"
+        for mode in APART_MODES[1:]:
+            ratio(f"{who}, {mode} / floor", RATIO,
+                  names.producing(APART_PRODUCERS, mode, "apart"), floor)  # fmt: skip
     return rows
 
 

@@ -4,9 +4,11 @@
     python -m bench.floors enqueue N             # alkstore's one-row enqueue statement, raw
     python -m bench.floors listen N              # PostgreSQL: the LISTEN pickup floor
     python -m bench.floors listen-handoff N      # the same, each job started by another thread
-    python -m bench.floors producers N K MODE    # PostgreSQL: K producers enqueueing at once
+    python -m bench.floors producers N K MODE [PLACEMENT]
+                                                 # PostgreSQL: K producers enqueueing at once
                                                  # (MODE alkstore, alkstore-waiting,
-                                                 # alkstore-eager or floor)
+                                                 # alkstore-eager or floor; PLACEMENT free,
+                                                 # the default, or apart)
 
 ``bench/run.py --workloads floor`` runs them round by round beside alkstore's
 own commands (``bench.workloads``) and prints the ratios (``bench/floor_rows.py``).
@@ -57,6 +59,10 @@ MODES = {
     "floor": {},
 }
 WAITING_WORKER = "bench-floors-waiting"
+# Where the producers run: placed by the scheduler, or all of them on the
+# first CPU and their server processes on the second (``bench.placement``).
+PRODUCER_PLACEMENTS = ("free", "apart")
+PLACEMENT_ENV = "BENCH_PRODUCERS_PLACEMENT"
 PRIORITY_ORDER = "ORDER BY priority DESC, run_at, id"
 # The fused cycle on PostgreSQL: one prepared statement in autocommit acks
 # (deletes) the previous batch and claims the next, as alkstore's claim does,
@@ -294,7 +300,7 @@ def producer(mode: str, count: str, index: str) -> dict:
     from alkstore_django import store
 
     if mode == "floor":
-        _, one = raw_enqueuer(PRODUCER_QUEUE, p=int(index))
+        conn, one = raw_enqueuer(PRODUCER_QUEUE, p=int(index))
     else:
         q = store.queue(PRODUCER_QUEUE)
 
@@ -302,6 +308,13 @@ def producer(mode: str, count: str, index: str) -> dict:
             q.enqueue({"p": int(index), "i": i})
 
     one(-1)
+    if os.environ.get(PLACEMENT_ENV) == "apart":
+        from django.db import connections
+
+        from bench.placement import place
+
+        raw = conn if mode == "floor" else connections[store.using].connection
+        place("apart", [raw.info.backend_pid], sorted(os.sched_getaffinity(0)))
     print("ready", flush=True)
     sys.stdin.readline()
     started, cpu = time.monotonic(), time.process_time()
@@ -445,7 +458,7 @@ def cmd_listen(n: str, handoff: str = "") -> dict:
         conn.close()
 
 
-def cmd_producers(n: str, k: str, mode: str) -> dict:
+def cmd_producers(n: str, k: str, mode: str, placement: str = "free") -> dict:
     """``k`` processes enqueueing ``n`` jobs between them one by one, started together.
 
     Each child sets up (Django, its connection, one enqueue), says ``ready``
@@ -454,9 +467,23 @@ def cmd_producers(n: str, k: str, mode: str) -> dict:
     ``cpu_us_per_job`` is the producers' own CPU over their loops, per job:
     on a machine with fewer cores than producers and backends, what the
     client spends is taken from the server.
+
+    ``placement`` ``apart`` puts every producer on the machine's first CPU
+    and each one's server process on the second, once it is connected (as
+    ``bench.placement`` does; a local PostgreSQL and root): the server then
+    has a core the clients never take, so the rate says what the server
+    allows each side's statements, as where the web processes run on hosts
+    of their own.
     """
+    from bench.placement import cannot_place
     from bench.workloads import ROOT
 
+    if placement not in PRODUCER_PLACEMENTS:
+        raise SystemExit(
+            f"Invalid placement {placement!r}: expected one of {', '.join(PRODUCER_PLACEMENTS)}."
+        )
+    if placement == "apart" and (refused := cannot_place(os.environ["BENCH_DATABASE_URL"])):
+        raise SystemExit(refused)
     prepare()
     from alkstore_django import presence
     from alkstore_django.conf import app_settings
@@ -469,7 +496,7 @@ def cmd_producers(n: str, k: str, mode: str) -> dict:
             counts=(0, 0, 0),
         )  # fmt: skip
     jobs, producers = int(n), int(k)
-    env = {**os.environ, **MODES[mode]}
+    env = {**os.environ, **MODES[mode], PLACEMENT_ENV: placement}
     children = [
         subprocess.Popen(
             [sys.executable, "-m", "bench.floors", "producer", mode, str(count), str(index)],
@@ -507,7 +534,8 @@ def cmd_producers(n: str, k: str, mode: str) -> dict:
     seconds = max(s["end"] for s in spans) - min(s["start"] for s in spans)
     cpu_us = sum(s["cpu"] for s in spans) / jobs * 1e6
     return {
-        "jobs": jobs, "producers": producers, "mode": mode, "rate": jobs / seconds,
+        "jobs": jobs, "producers": producers, "mode": mode, "placement": placement,
+        "rate": jobs / seconds,
         "cpu_us_per_job": cpu_us,
     }  # fmt: skip
 
