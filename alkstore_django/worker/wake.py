@@ -51,6 +51,9 @@ class Wake(threading.Event):
         self._writer: socket.socket | None = None
         # The thread that waits: its own sets (the watch it reads) need no byte.
         self._owner: int | None = None
+        # True from just before the main thread's blocking wait looks at the
+        # flag until its poll returns: only then does a set need its byte.
+        self._polling = False
         self.watch: QueueWatch | None = None
         self._watch_fd: int | None = None
         self._retry_at = 0.0
@@ -86,10 +89,20 @@ class Wake(threading.Event):
                 self._reconnect(watch)  # follows it, if connected by now
 
     def set(self) -> None:
+        """Set the flag; write the byte only if the main thread may be blocked in its poll.
+
+        A busy worker's handler threads set it a few times a batch while the
+        main thread never blocks: a byte each time would cost a send, and the
+        main thread two reads, for nothing. The flag is set before
+        ``_polling`` is read, and ``wait`` sets ``_polling`` before it reads
+        the flag, so one of the two always sees the other (the GIL orders
+        them): either the wait sees the flag and does not block, or the set
+        sees the wait and sends the byte that ends it.
+        """
         if self.is_set():
             return
         super().set()
-        if self._writer is not None and threading.get_ident() != self._owner:
+        if self._polling and self._writer is not None and threading.get_ident() != self._owner:
             # Under the lock: a late set (a handler outliving the shutdown) must not
             # write to a number close() gave back and another open reused.
             with self._lock, contextlib.suppress(OSError):
@@ -108,14 +121,21 @@ class Wake(threading.Event):
         watch = self.watch
         if watch is not None and self._watch_fd is None:
             self._reconnect(watch)
-        if self.is_set() and timeout != 0:
-            return True
+        if timeout != 0:
+            self._polling = True  # before the flag is read: see ``set``
+            if self.is_set():
+                self._polling = False
+                return True
         watch_fd = self._watch_fd
-        if self._poller is not None:
-            ready = {fd for fd, _ in self._poller.poll(None if timeout is None else timeout * 1000)}
-        else:  # Windows, whose select() takes sockets
-            fds = [reader.fileno()] + ([] if watch_fd is None else [watch_fd])
-            ready = set(select.select(fds, [], [], timeout)[0])
+        try:
+            if self._poller is not None:
+                ms = None if timeout is None else timeout * 1000
+                ready = {fd for fd, _ in self._poller.poll(ms)}
+            else:  # Windows, whose select() takes sockets
+                fds = [reader.fileno()] + ([] if watch_fd is None else [watch_fd])
+                ready = set(select.select(fds, [], [], timeout)[0])
+        finally:
+            self._polling = False
         if reader.fileno() in ready:
             self._drain()
         if watch is not None and watch_fd is not None and watch_fd in ready:

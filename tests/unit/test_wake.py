@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 import time
@@ -80,20 +81,41 @@ def test_wake__set_from_another_thread_ends_a_wait_at_once():
         wake.close()
 
 
-def test_wake__a_set_already_cleared_does_not_count_as_a_wake_up():
-    # The byte a set leaves behind may outlive the flag: the next wait ends
-    # early, unset, and the one after waits its time out.
+def test_wake__a_set_while_no_wait_blocks_sends_nothing_a_later_wait_would_read():
+    # A busy worker's handler threads set the wake while its main thread does
+    # not block: those sets send no byte, so once cleared they do not end the
+    # next wait early (each byte cost a send and two reads, a few times a batch).
     wake = Wake()
     wake.start()
     try:
-        setter = threading.Thread(target=wake.set)
-        setter.start()
-        setter.join()
-        wake.clear()
-        assert wake.wait(0.2) is False
-        began = time.monotonic()
-        assert wake.wait(0.2) is False
-        assert time.monotonic() - began >= 0.15
+        for _ in range(2):
+            setter = threading.Thread(target=wake.set)
+            setter.start()
+            setter.join()
+            wake.clear()
+            began = time.monotonic()
+            assert wake.wait(0.2) is False
+            assert time.monotonic() - began >= 0.15
+    finally:
+        wake.close()
+
+
+def test_wake__a_set_racing_a_wait_that_begins_is_never_missed():
+    # The setter and the wait each look at what the other wrote first: a set
+    # landing as the wait reads the flag or enters its poll still ends it.
+    wake = Wake()
+    wake.start()
+    rng = random.Random(5)
+    try:
+        for _ in range(300):
+            wake.clear()
+            delay = rng.random() * 0.0005
+            setter = threading.Timer(delay, wake.set)
+            setter.start()
+            began = time.monotonic()
+            assert woken(wake, 5)
+            assert time.monotonic() - began < 1
+            setter.join()
     finally:
         wake.close()
 
